@@ -1,0 +1,1 @@
+//! The EXT_CSD field table. (Being written: see the registers helper.)

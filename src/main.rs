@@ -1,0 +1,5 @@
+//! The `vhost-user-emmc` command line.
+
+fn main() {
+    env_logger::init();
+}
