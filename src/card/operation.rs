@@ -1,0 +1,328 @@
+//! Busy operations: the card is in prg (or dis) from the moment an operation starts until
+//! the card-time instant its cost ends; HPI or a power loss can end it early.
+//!
+//! Programming keeps the written data in the card's write buffer until the operation ends,
+//! so an interrupted write lands exactly the prefix the elapsed time allowed, rounded down
+//! to the granule its reliability mode promises to be atomic.
+
+use super::erase::EraseOp;
+use super::{ext_csd, Card, CardState};
+use crate::timing::{Cost, Nanos, Program, ProgramTarget};
+
+/// One contiguous piece of a write: `count` sectors at absolute image sector `sector`,
+/// whose data starts at `buf_offset` in the card's write buffer. A packed write has one
+/// segment per entry, each with its own reliability.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Segment {
+    pub sector: u64,
+    pub count: u64,
+    pub buf_offset: usize,
+    pub target: ProgramTarget,
+    /// Reliable write (CMD23 bit 31): durable on completion and atomic per `granule`.
+    pub reliable: bool,
+    /// Sectors that land or fail together when programming is cut short.
+    pub granule: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct ProgramOp {
+    pub segments: Vec<Segment>,
+}
+
+impl ProgramOp {
+    pub fn total_sectors(&self) -> u64 {
+        self.segments.iter().map(|s| s.count).sum()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum OpKind {
+    Program(ProgramOp),
+    /// Erase family; the erase takes effect when the operation completes.
+    Erase(EraseOp),
+    /// FLUSH_CACHE and other cache write-backs: the dirty sectors were written when the
+    /// flush started, so nothing remains to do at its end.
+    Flush,
+    /// Manual BKOPS working off outstanding background work.
+    Bkops,
+    Sanitize,
+    /// Any other busy period (CMD6, CMD5, CMD28/29, CMD7 dis→prg, RPMB programming).
+    Busy,
+    /// The card leaving prg after an HPI.
+    HpiExit,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Operation {
+    pub kind: OpKind,
+    pub start: Nanos,
+    pub end: Nanos,
+}
+
+impl OpKind {
+    /// Operations HPI may interrupt: programming, erase, BKOPS and sanitize. Cache flushes
+    /// and register switches are not interruptible.
+    fn interruptible(&self) -> bool {
+        matches!(
+            self,
+            OpKind::Program(_) | OpKind::Erase(_) | OpKind::Bkops | OpKind::Sanitize
+        )
+    }
+}
+
+impl Card {
+    /// Start a busy operation of `busy_ns` now. The card enters prg unless it is in a
+    /// state that stays (slp, stby after awake, dis).
+    pub(super) fn begin_op(&mut self, busy_ns: Nanos, kind: OpKind) {
+        let start = self.now;
+        self.op = Some(Operation {
+            kind,
+            start,
+            end: start.saturating_add(busy_ns),
+        });
+        if matches!(
+            self.state,
+            CardState::Tran | CardState::Rcv | CardState::Data
+        ) {
+            self.state = CardState::Prg;
+        }
+        self.settle();
+    }
+
+    /// Complete the current operation if card time has reached its end.
+    pub(super) fn settle(&mut self) {
+        let Some(op) = self.op.as_ref() else { return };
+        if self.now < op.end {
+            return;
+        }
+        let op = self.op.take().expect("checked above");
+        match op.kind {
+            OpKind::Program(p) => {
+                let total = p.total_sectors();
+                self.commit_program(&p, total);
+            }
+            OpKind::Erase(e) => self.apply_erase(&e),
+            OpKind::Bkops => {
+                let elapsed = op.end - op.start;
+                self.work_off_background(op.start, elapsed);
+            }
+            OpKind::Flush | OpKind::Sanitize | OpKind::Busy | OpKind::HpiExit => {}
+        }
+        self.state = match self.state {
+            CardState::Prg => CardState::Tran,
+            CardState::Dis => CardState::Stby,
+            other => other,
+        };
+    }
+
+    /// Program the first `sectors` sectors of `p` (in segment order) from the write buffer;
+    /// a segment cut short lands only whole granules.
+    pub(super) fn commit_program(&mut self, p: &ProgramOp, sectors: u64) {
+        self.commit_segments(p, sectors, false);
+    }
+
+    fn commit_segments(&mut self, p: &ProgramOp, sectors: u64, medium_only: bool) {
+        let mut left = sectors;
+        for seg in &p.segments {
+            if left == 0 {
+                break;
+            }
+            let mut n = seg.count.min(left);
+            left -= n;
+            if n < seg.count {
+                n -= n % seg.granule.max(1);
+            }
+            if n == 0 {
+                break;
+            }
+            if medium_only && seg.target != ProgramTarget::Medium {
+                continue;
+            }
+            let data = &self.write_buf[seg.buf_offset..seg.buf_offset + n as usize * 512];
+            let result = match seg.target {
+                ProgramTarget::Medium => {
+                    self.cache.invalidate(seg.sector, n);
+                    self.store.write_at(seg.sector * 512, data)
+                }
+                ProgramTarget::Cache => self
+                    .cache
+                    .insert(seg.sector, data, self.store.as_mut())
+                    .map(|destaged| self.stats.sectors_destaged += destaged),
+            };
+            if let Err(e) = result {
+                log::error!(
+                    "programming {n} sectors at image sector {}: {e}",
+                    seg.sector
+                );
+                self.status |= super::r1::ERROR;
+                return;
+            }
+            self.stats.sectors_written += n;
+        }
+    }
+
+    /// The cost of programming `p` now, including write-backs a full cache forces.
+    pub(super) fn program_cost(&mut self, p: &ProgramOp, packed: bool) -> Cost {
+        let mut cost = Cost::ZERO;
+        let mut evictions = 0;
+        for seg in &p.segments {
+            if seg.target == ProgramTarget::Cache {
+                evictions += self.cache.evictions_needed(seg.sector, seg.count);
+            }
+            cost += self.timing.program(
+                self.now,
+                &Program {
+                    sector: seg.sector,
+                    count: u32::try_from(seg.count).unwrap_or(u32::MAX),
+                    target: seg.target,
+                    reliable: seg.reliable,
+                    packed_entry: packed,
+                },
+            );
+        }
+        if evictions > 0 {
+            let first = p.segments.first().map_or(0, |s| s.sector);
+            cost += self.timing.destage(
+                self.now,
+                first,
+                u32::try_from(evictions).unwrap_or(u32::MAX),
+            );
+        }
+        cost
+    }
+
+    /// Start programming `p`: the card goes busy for its cost.
+    pub(super) fn start_program(&mut self, p: ProgramOp, packed: bool, extra: Cost) {
+        let cost = self.program_cost(&p, packed) + extra;
+        self.bkops_outstanding_ns = self.bkops_outstanding_ns.saturating_add(cost.background_ns);
+        self.begin_op(cost.busy_ns, OpKind::Program(p));
+    }
+
+    /// Sectors of a program operation done by `at`, proportionally to elapsed time
+    /// (`commit_program` rounds a partial segment down to its granule).
+    fn sectors_done(op: &Operation, p: &ProgramOp, at: Nanos) -> u64 {
+        let total = p.total_sectors();
+        let span = op.end - op.start;
+        if span == 0 || at >= op.end {
+            return total;
+        }
+        let elapsed = at.saturating_sub(op.start);
+        (u128::from(total) * u128::from(elapsed) / u128::from(span)) as u64
+    }
+
+    /// How many sectors `commit_program(p, done)` actually lands.
+    fn sectors_landed(p: &ProgramOp, done: u64) -> u64 {
+        let mut left = done;
+        let mut landed = 0;
+        for seg in &p.segments {
+            let n = seg.count.min(left);
+            left -= n;
+            if n < seg.count {
+                landed += n - n % seg.granule.max(1);
+                break;
+            }
+            landed += n;
+        }
+        landed
+    }
+
+    /// High Priority Interrupt: stop the current interruptible operation as soon as safely
+    /// possible. Returns false if there was nothing HPI can interrupt (the card simply
+    /// finishes what it is doing).
+    pub(super) fn high_priority_interrupt(&mut self) -> bool {
+        let Some(op) = self.op.take() else {
+            return false;
+        };
+        if !op.kind.interruptible() {
+            self.op = Some(op);
+            return false;
+        }
+        let now = self.now;
+        match &op.kind {
+            OpKind::Program(p) => {
+                let done = Self::sectors_landed(p, Self::sectors_done(&op, p, now));
+                self.commit_program(p, done);
+                ext_csd::write_le(
+                    &mut self.ext_csd,
+                    ext_csd::CORRECTLY_PRG_SECTORS_NUM,
+                    4,
+                    u32::try_from(done).unwrap_or(u32::MAX),
+                );
+                log::debug!("HPI: {done} of {} sectors programmed", p.total_sectors());
+            }
+            OpKind::Erase(e) => {
+                log::debug!("HPI: erase of {} sectors abandoned", e.erase.count);
+            }
+            OpKind::Bkops => {
+                let elapsed = now.saturating_sub(op.start);
+                self.work_off_background(op.start, elapsed);
+            }
+            _ => {}
+        }
+        self.stats.hpi_interrupts += 1;
+        let exit = self.timing.hpi_exit(now);
+        self.begin_op(exit, OpKind::HpiExit);
+        true
+    }
+
+    /// BKOPS ran for `elapsed` from `start`.
+    fn work_off_background(&mut self, start: Nanos, elapsed: Nanos) {
+        let done = self.timing.background_work(start, elapsed);
+        self.bkops_outstanding_ns = self.bkops_outstanding_ns.saturating_sub(done);
+    }
+
+    /// Power is cut at card time `at`: operations that completed by then are in; a write
+    /// being programmed lands the prefix it reached (rounded to its atomic granule); an
+    /// erase in progress does not happen; the volatile cache is lost.
+    pub(super) fn cut_power(&mut self, at: Nanos) {
+        self.advance(at);
+        if let Some(op) = self.op.take() {
+            if let OpKind::Program(p) = &op.kind {
+                // Only what reached the medium survives; cached segments die with the cache.
+                let done = Self::sectors_done(&op, p, self.now);
+                self.commit_segments(p, done, true);
+            }
+        }
+        let lost = self.cache.len();
+        if lost > 0 {
+            log::info!("power loss: {lost} cached sectors were not durable and are lost");
+        }
+        self.cache.drop_all();
+    }
+
+    /// Write every cached sector back to the medium now (FLUSH_CACHE, cache off, sleep,
+    /// power-off notification, CMD0). Returns the cost of doing so.
+    pub(super) fn flush_cache(&mut self) -> Cost {
+        let dirty = self.cache.len() as u64;
+        let first = self.cache.dirty_runs().first().map_or(0, |r| r.0);
+        match self.cache.flush(self.store.as_mut()) {
+            Ok(n) => {
+                self.stats.sectors_destaged += n;
+                self.stats.flushes += 1;
+            }
+            Err(e) => {
+                log::error!("cache flush failed: {e}");
+                self.status |= super::r1::ERROR;
+            }
+        }
+        if let Err(e) = self.store.sync() {
+            log::error!("syncing the image: {e}");
+            self.status |= super::r1::ERROR;
+        }
+        let mut cost = self.timing.flush(self.now);
+        if dirty > 0 {
+            cost += self
+                .timing
+                .destage(self.now, first, u32::try_from(dirty).unwrap_or(u32::MAX));
+        }
+        cost
+    }
+
+    /// BKOPS_STATUS level of the outstanding background work.
+    pub(super) fn bkops_level(&self) -> u8 {
+        if self.model.ext_csd.bkops_support & 1 == 0 {
+            return 0;
+        }
+        self.timing.bkops_level(self.bkops_outstanding_ns).min(3)
+    }
+}

@@ -1,0 +1,1151 @@
+//! Data commands and data phases: CMD8, 12, 14, 16, 17, 18, 19, 21, 23, 24, 25, 26, 27,
+//! 30, 31, 42, 56; packed reads and writes; RPMB frames; reliable write and forced
+//! programming; and the block-level data API ([`Card::read_data`], [`Card::write_data`]).
+
+use super::operation::{OpKind, ProgramOp, Segment};
+use super::packed::{self, Direction, Header, HeaderError};
+use super::partition::Partition;
+use super::rpmb::{RpmbMedium, FRAME_LEN, HALF_SECTOR};
+use super::status::r1;
+use super::{ext_csd, registers, Card, CardState, DataError, Exec, Handled};
+use crate::store::Store;
+use crate::timing::{Cost, Nanos, ProgramTarget, SwitchKind};
+
+const SECTOR: usize = 512;
+/// An open-ended write is programmed in pieces of this size as it streams in, so that a
+/// guest streaming blocks without end cannot make the card hold unbounded data.
+const OPEN_ENDED_STAGING: usize = 8 << 20;
+
+/// HS200 tuning block for a 4-bit bus (JESD84-B45 §6.6.5.1; facts §12.6).
+const TUNING_BLOCK_4BIT: [u8; 64] = [
+    0xff, 0x0f, 0xff, 0x00, 0xff, 0xcc, 0xc3, 0xcc, 0xc3, 0x3c, 0xcc, 0xff, 0xfe, 0xff, 0xfe, 0xef,
+    0xff, 0xdf, 0xff, 0xdd, 0xff, 0xfb, 0xff, 0xfb, 0xbf, 0xff, 0x7f, 0xff, 0x77, 0xf7, 0xbd, 0xef,
+    0xff, 0xf0, 0xff, 0xf0, 0x0f, 0xfc, 0xcc, 0x3c, 0xcc, 0x33, 0xcc, 0xcf, 0xff, 0xef, 0xff, 0xee,
+    0xff, 0xfd, 0xff, 0xfd, 0xdf, 0xff, 0xbf, 0xff, 0xbb, 0xff, 0xf7, 0xff, 0xf7, 0x7f, 0x7b, 0xde,
+];
+
+/// HS200 tuning block for an 8-bit bus.
+const TUNING_BLOCK_8BIT: [u8; 128] = [
+    0xff, 0xff, 0x00, 0xff, 0xff, 0xff, 0x00, 0x00, 0xff, 0xff, 0xcc, 0xcc, 0xcc, 0x33, 0xcc, 0xcc,
+    0xcc, 0x33, 0x33, 0xcc, 0xcc, 0xcc, 0xff, 0xff, 0xff, 0xee, 0xff, 0xff, 0xff, 0xee, 0xee, 0xff,
+    0xff, 0xff, 0xdd, 0xff, 0xff, 0xff, 0xdd, 0xdd, 0xff, 0xff, 0xff, 0xbb, 0xff, 0xff, 0xff, 0xbb,
+    0xbb, 0xff, 0xff, 0xff, 0x77, 0xff, 0xff, 0xff, 0x77, 0x77, 0xff, 0x77, 0xbb, 0xdd, 0xee, 0xff,
+    0xff, 0xff, 0xff, 0x00, 0xff, 0xff, 0xff, 0x00, 0x00, 0xff, 0xff, 0xcc, 0xcc, 0xcc, 0x33, 0xcc,
+    0xcc, 0xcc, 0x33, 0x33, 0xcc, 0xcc, 0xcc, 0xff, 0xff, 0xff, 0xee, 0xff, 0xff, 0xff, 0xee, 0xee,
+    0xff, 0xff, 0xff, 0xdd, 0xff, 0xff, 0xff, 0xdd, 0xdd, 0xff, 0xff, 0xff, 0xbb, 0xff, 0xff, 0xff,
+    0xbb, 0xbb, 0xff, 0xff, 0xff, 0x77, 0xff, 0xff, 0xff, 0x77, 0x77, 0xff, 0x77, 0xbb, 0xdd, 0xee,
+];
+
+/// A CMD23 SET_BLOCK_COUNT argument, decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Sbc {
+    pub count: u16,
+    pub reliable: bool,
+    pub packed: bool,
+    pub tag: bool,
+    pub context_id: u8,
+    pub forced: bool,
+    /// Bits 23:16 are reserved and must be zero.
+    pub reserved_set: bool,
+}
+
+impl Sbc {
+    fn decode(arg: u32) -> Sbc {
+        Sbc {
+            count: (arg & packed::CMD23_BLOCK_COUNT_MASK) as u16,
+            reliable: arg & packed::CMD23_RELIABLE_WRITE != 0,
+            packed: arg & packed::CMD23_PACKED != 0,
+            tag: arg & packed::CMD23_TAG_REQUEST != 0,
+            context_id: ((arg >> packed::CMD23_CONTEXT_ID_SHIFT) & 0xF) as u8,
+            forced: arg & packed::CMD23_FORCED_PROGRAMMING != 0,
+            reserved_set: arg & 0x00FF_0000 != 0,
+        }
+    }
+}
+
+/// Sectors to stream to the host from one partition, possibly in several pieces (packed
+/// read entries).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct SectorRead {
+    partition: Partition,
+    /// (partition-relative LBA, count) pieces, in transfer order.
+    pieces: Vec<(u64, u64)>,
+    piece: usize,
+    done_in_piece: u64,
+    /// Ends by itself after the last piece (CMD23 count or single block); otherwise runs
+    /// until CMD12 and fails at the partition's end.
+    bounded: bool,
+    /// Boot-mode streaming: stops quietly at the end of the partition.
+    boot: bool,
+    /// Card-internal read time not yet reported to the host.
+    pending_ns: Nanos,
+}
+
+/// Sectors arriving from the host for one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct SectorWrite {
+    partition: Partition,
+    /// Partition-relative LBA of the first sector still in the write buffer.
+    lba: u64,
+    /// Total blocks of a bounded transfer (`None`: open-ended, until CMD12).
+    count: Option<u64>,
+    /// Blocks received so far.
+    received: u64,
+    target: ProgramTarget,
+    reliable: bool,
+    granule: u64,
+    /// A packed command: the write buffer starts with the header.
+    packed: bool,
+    /// Cost of pieces of an open-ended write already programmed while it streamed.
+    staged_cost: Cost,
+    /// The card refused a block (out of range, write protected); the rest is ignored.
+    failed: bool,
+}
+
+/// Single-block writes that are not sector data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Sink {
+    ProgramCid,
+    ProgramCsd,
+    LockUnlock,
+    BusTest,
+    GenCmd,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Transfer {
+    None,
+    ReadSectors(SectorRead),
+    /// Card → host from the card's read buffer, in blocks of `block_len`.
+    ReadBuffer {
+        block_len: usize,
+        pos: usize,
+    },
+    WriteSectors(SectorWrite),
+    WriteBuffer {
+        sink: Sink,
+        block_len: usize,
+    },
+    WriteRpmb {
+        frames: u64,
+        reliable: bool,
+    },
+}
+
+impl Transfer {
+    pub(super) fn block_len(&self, cmd16_block_len: usize) -> Option<usize> {
+        match self {
+            Transfer::None => None,
+            Transfer::ReadSectors(_) | Transfer::WriteSectors(_) | Transfer::WriteRpmb { .. } => {
+                Some(SECTOR)
+            }
+            Transfer::ReadBuffer { block_len, .. } | Transfer::WriteBuffer { block_len, .. } => {
+                Some(*block_len)
+            }
+        }
+        .map(|l| if l == 0 { cmd16_block_len } else { l })
+    }
+
+    pub(super) fn boot(partition: Partition, sectors: u64) -> Transfer {
+        Transfer::ReadSectors(SectorRead {
+            partition,
+            pieces: vec![(0, sectors)],
+            piece: 0,
+            done_in_piece: 0,
+            bounded: false,
+            boot: true,
+            pending_ns: 0,
+        })
+    }
+}
+
+/// The RPMB partition's data seen through the store, in 256-byte half sectors.
+struct RpmbArea<'a> {
+    store: &'a mut dyn Store,
+    start_byte: u64,
+    size_bytes: u64,
+}
+
+impl RpmbArea<'_> {
+    fn range(&self, address: u16, len: usize) -> Option<u64> {
+        let offset = u64::from(address) * HALF_SECTOR as u64;
+        (offset + len as u64 <= self.size_bytes).then_some(self.start_byte + offset)
+    }
+}
+
+impl RpmbMedium for RpmbArea<'_> {
+    fn read(&mut self, address: u16, buf: &mut [u8]) -> bool {
+        match self.range(address, buf.len()) {
+            Some(at) => self.store.read_at(at, buf).is_ok(),
+            None => false,
+        }
+    }
+    fn write(&mut self, address: u16, data: &[u8]) -> bool {
+        match self.range(address, data.len()) {
+            Some(at) => self.store.write_at(at, data).is_ok(),
+            None => false,
+        }
+    }
+}
+
+impl Card {
+    /// Decode a data address argument into a partition-relative LBA: sector addressing
+    /// uses it as is; byte addressing needs 512-byte alignment.
+    pub(super) fn address_to_lba(&self, arg: u32) -> Result<u64, u32> {
+        if self.model.sector_addressing() {
+            Ok(u64::from(arg))
+        } else if arg % SECTOR as u32 != 0 {
+            Err(r1::ADDRESS_MISALIGN)
+        } else {
+            Ok(u64::from(arg) / SECTOR as u64)
+        }
+    }
+
+    /// Block length check for sector data in byte-addressed mode (READ_BL_PARTIAL and
+    /// WRITE_BL_PARTIAL are 0: only whole 512-byte blocks).
+    fn data_block_len_ok(&self) -> bool {
+        self.model.sector_addressing() || self.block_len == SECTOR as u32
+    }
+
+    fn cache_enabled(&self) -> bool {
+        self.model.ext_csd.cache_size > 0
+            && self.ext_csd[ext_csd::CACHE_CTRL] & ext_csd::CACHE_EN != 0
+    }
+
+    fn enhanced_reliable_write(&self) -> bool {
+        self.model.ext_csd.wr_rel_param & ext_csd::EN_REL_WR != 0
+    }
+
+    /// Reliable-write granule for a transfer, or the R1 error a legacy card reports when
+    /// the transfer breaks its rule (exactly REL_WR_SEC_C aligned blocks, or one block).
+    fn reliable_granule(&self, lba: u64, count: u64) -> Result<u64, u32> {
+        if self.enhanced_reliable_write() {
+            return Ok(1);
+        }
+        let rel = u64::from(self.model.ext_csd.rel_wr_sec_c.max(1));
+        if count == 1 {
+            Ok(1)
+        } else if count == rel && lba % rel == 0 {
+            Ok(rel)
+        } else {
+            Err(r1::ADDRESS_MISALIGN)
+        }
+    }
+
+    /// Start streaming the read buffer to the host.
+    fn send_buffer(&mut self, block_len: usize) -> Handled {
+        self.transfer = Transfer::ReadBuffer { block_len, pos: 0 };
+        self.state = CardState::Data;
+        Handled::R1
+    }
+
+    // ---- register-like reads ----------------------------------------------------------
+
+    pub(super) fn cmd8_send_ext_csd(&mut self, _x: &mut Exec) -> Handled {
+        self.read_buf.clear();
+        self.read_buf.extend_from_slice(&self.ext_csd());
+        self.send_buffer(ext_csd::EXT_CSD_LEN)
+    }
+
+    pub(super) fn cmd16_set_blocklen(&mut self, x: &mut Exec) -> Handled {
+        if x.arg == 0 || x.arg > SECTOR as u32 {
+            x.resp_status |= r1::BLOCK_LEN_ERROR;
+        } else {
+            self.block_len = x.arg;
+        }
+        Handled::R1
+    }
+
+    pub(super) fn cmd19_bustest_w(&mut self, _x: &mut Exec) -> Handled {
+        self.transfer = Transfer::WriteBuffer {
+            sink: Sink::BusTest,
+            block_len: self.bus_width_bytes(),
+        };
+        self.state = CardState::Btst;
+        Handled::R1
+    }
+
+    pub(super) fn cmd14_bustest_r(&mut self, _x: &mut Exec) -> Handled {
+        // Return the bitwise inverse of the pattern received with CMD19.
+        for b in &mut self.read_buf {
+            *b = !*b;
+        }
+        let len = self.read_buf.len().max(1);
+        self.read_buf.resize(len, 0xFF);
+        self.send_buffer(len)
+    }
+
+    /// Bytes per bus clock: the unit of the bus-test pattern.
+    fn bus_width_bytes(&self) -> usize {
+        match self.bus_width & 0x0F {
+            1 | 5 => 4,
+            2 | 6 => 8,
+            _ => 1,
+        }
+    }
+
+    pub(super) fn cmd21_send_tuning_block(&mut self, _x: &mut Exec) -> Handled {
+        let hs200 = self.ext_csd[ext_csd::HS_TIMING] & 0x0F == 2;
+        let pattern: &[u8] = match self.bus_width {
+            1 => &TUNING_BLOCK_4BIT,
+            2 => &TUNING_BLOCK_8BIT,
+            _ => return Handled::Illegal("CMD21 needs a 4- or 8-bit SDR bus"),
+        };
+        if !hs200 {
+            return Handled::Illegal("CMD21 is only valid in HS200");
+        }
+        self.read_buf.clear();
+        self.read_buf.extend_from_slice(pattern);
+        self.send_buffer(pattern.len())
+    }
+
+    pub(super) fn cmd30_send_write_prot(&mut self, x: &mut Exec) -> Handled {
+        match self.write_protect_bits(x.arg, false) {
+            Ok(bits) => {
+                self.read_buf.clear();
+                self.read_buf
+                    .extend_from_slice(&(bits as u32).to_be_bytes());
+                self.send_buffer(4)
+            }
+            Err(e) => {
+                x.resp_status |= e;
+                Handled::R1
+            }
+        }
+    }
+
+    pub(super) fn cmd31_send_write_prot_type(&mut self, x: &mut Exec) -> Handled {
+        match self.write_protect_bits(x.arg, true) {
+            Ok(bits) => {
+                self.read_buf.clear();
+                self.read_buf.extend_from_slice(&bits.to_be_bytes());
+                self.send_buffer(8)
+            }
+            Err(e) => {
+                x.resp_status |= e;
+                Handled::R1
+            }
+        }
+    }
+
+    pub(super) fn cmd56_gen_cmd(&mut self, x: &mut Exec) -> Handled {
+        if x.arg & 1 != 0 {
+            // Vendor data block: this card has nothing vendor-specific to say.
+            self.read_buf.clear();
+            self.read_buf.resize(SECTOR, 0);
+            self.send_buffer(SECTOR)
+        } else {
+            self.receive_buffer(Sink::GenCmd, SECTOR)
+        }
+    }
+
+    fn receive_buffer(&mut self, sink: Sink, block_len: usize) -> Handled {
+        self.transfer = Transfer::WriteBuffer { sink, block_len };
+        self.state = CardState::Rcv;
+        Handled::R1
+    }
+
+    pub(super) fn cmd26_program_cid(&mut self, _x: &mut Exec) -> Handled {
+        self.receive_buffer(Sink::ProgramCid, 16)
+    }
+
+    pub(super) fn cmd27_program_csd(&mut self, _x: &mut Exec) -> Handled {
+        self.receive_buffer(Sink::ProgramCsd, 16)
+    }
+
+    pub(super) fn cmd42_lock_unlock(&mut self, _x: &mut Exec) -> Handled {
+        let len = self.block_len as usize;
+        self.receive_buffer(Sink::LockUnlock, len)
+    }
+
+    // ---- CMD23 and sector data --------------------------------------------------------
+
+    pub(super) fn cmd23_set_block_count(&mut self, x: &mut Exec) -> Handled {
+        self.sbc = Some(Sbc::decode(x.arg));
+        Handled::R1
+    }
+
+    pub(super) fn cmd17_read_single_block(&mut self, x: &mut Exec) -> Handled {
+        self.start_read(x, Some(1))
+    }
+
+    pub(super) fn cmd18_read_multiple_block(&mut self, x: &mut Exec) -> Handled {
+        match x.sbc {
+            Some(sbc) if sbc.packed => self.start_packed_read(x, sbc),
+            Some(sbc) if sbc.count > 0 => self.start_read(x, Some(u64::from(sbc.count))),
+            _ => self.start_read(x, None),
+        }
+    }
+
+    pub(super) fn cmd24_write_block(&mut self, x: &mut Exec) -> Handled {
+        self.start_write(x, Some(1), None)
+    }
+
+    pub(super) fn cmd25_write_multiple_block(&mut self, x: &mut Exec) -> Handled {
+        match x.sbc {
+            Some(sbc) if sbc.count > 0 || sbc.packed => {
+                let count = u64::from(sbc.count);
+                self.start_write(x, Some(count), Some(sbc))
+            }
+            _ => self.start_write(x, None, None),
+        }
+    }
+
+    fn start_read(&mut self, x: &mut Exec, count: Option<u64>) -> Handled {
+        let partition = self.current_partition();
+        if partition == Partition::Rpmb {
+            return self.start_rpmb_read(x, count);
+        }
+        if !self.data_block_len_ok() {
+            x.resp_status |= r1::BLOCK_LEN_ERROR;
+            return Handled::R1;
+        }
+        let lba = match self.address_to_lba(x.arg) {
+            Ok(lba) => lba,
+            Err(e) => {
+                x.resp_status |= e;
+                return Handled::R1;
+            }
+        };
+        let extent = self.partitions.extent(partition);
+        let in_range = match count {
+            Some(n) => extent.translate(lba, n).is_some(),
+            None => lba < extent.sectors,
+        };
+        if !in_range {
+            x.resp_status |= r1::ADDRESS_OUT_OF_RANGE;
+            return Handled::R1;
+        }
+        let pending_ns = match count {
+            Some(n) => {
+                self.timing
+                    .read(self.now, extent.start + lba, n as u32)
+                    .busy_ns
+            }
+            None => 0,
+        };
+        self.transfer = Transfer::ReadSectors(SectorRead {
+            partition,
+            pieces: vec![(lba, count.unwrap_or(extent.sectors - lba))],
+            piece: 0,
+            done_in_piece: 0,
+            bounded: count.is_some(),
+            boot: false,
+            pending_ns,
+        });
+        self.state = CardState::Data;
+        Handled::R1
+    }
+
+    fn start_write(&mut self, x: &mut Exec, count: Option<u64>, sbc: Option<Sbc>) -> Handled {
+        let partition = self.current_partition();
+        if partition == Partition::Rpmb {
+            return self.start_rpmb_write(x, count, sbc);
+        }
+        let sbc = sbc.unwrap_or(Sbc::decode(0));
+        if sbc.packed {
+            return self.start_packed(x, sbc);
+        }
+        if !self.data_block_len_ok() {
+            x.resp_status |= r1::BLOCK_LEN_ERROR;
+            return Handled::R1;
+        }
+        let lba = match self.address_to_lba(x.arg) {
+            Ok(lba) => lba,
+            Err(e) => {
+                x.resp_status |= e;
+                return Handled::R1;
+            }
+        };
+        let extent = self.partitions.extent(partition);
+        let in_range = match count {
+            Some(n) => extent.translate(lba, n).is_some(),
+            None => lba < extent.sectors,
+        };
+        if !in_range {
+            x.resp_status |= r1::ADDRESS_OUT_OF_RANGE;
+            return Handled::R1;
+        }
+        if let Some(n) = count {
+            if self.is_write_protected(partition, lba, n) {
+                x.resp_status |= r1::WP_VIOLATION;
+                return Handled::R1;
+            }
+        }
+        let mut granule = 1;
+        if sbc.reliable {
+            match self.reliable_granule(lba, count.unwrap_or(0)) {
+                Ok(g) => granule = g,
+                Err(e) => {
+                    log::debug!(
+                        "reliable write of {count:?} blocks at {lba} breaks the legacy rule (REL_WR_SEC_C {})",
+                        self.model.ext_csd.rel_wr_sec_c
+                    );
+                    x.resp_status |= e;
+                    return Handled::R1;
+                }
+            }
+        }
+        let target = if sbc.reliable || sbc.forced || !self.cache_enabled() {
+            ProgramTarget::Medium
+        } else {
+            ProgramTarget::Cache
+        };
+        self.write_buf.clear();
+        self.transfer = Transfer::WriteSectors(SectorWrite {
+            partition,
+            lba,
+            count,
+            received: 0,
+            target,
+            reliable: sbc.reliable,
+            granule,
+            packed: false,
+            staged_cost: Cost::ZERO,
+            failed: false,
+        });
+        self.state = CardState::Rcv;
+        Handled::R1
+    }
+
+    // ---- packed commands ----------------------------------------------------------------
+
+    fn clear_packed_status(&mut self) {
+        self.ext_csd[ext_csd::PACKED_COMMAND_STATUS] = 0;
+        self.ext_csd[ext_csd::PACKED_FAILURE_INDEX] = 0;
+        self.packed_failure = false;
+    }
+
+    /// Report a failed packed command: `index` is the 1-based entry that failed (entries
+    /// before it completed), or `None` when the whole command was rejected.
+    fn packed_failed(&mut self, index: Option<usize>, why: &str) {
+        log::debug!("packed command failed at entry {index:?}: {why}");
+        self.stats.packed_failures += 1;
+        self.packed_failure = true;
+        let mut status = ext_csd::PACKED_STATUS_ERROR;
+        if let Some(i) = index {
+            status |= ext_csd::PACKED_STATUS_INDEXED_ERROR;
+            self.ext_csd[ext_csd::PACKED_FAILURE_INDEX] = i.min(255) as u8;
+        }
+        self.ext_csd[ext_csd::PACKED_COMMAND_STATUS] = status;
+    }
+
+    /// CMD25 after CMD23 with the packed bit: receive header and data, check at the end.
+    fn start_packed(&mut self, x: &mut Exec, sbc: Sbc) -> Handled {
+        self.clear_packed_status();
+        if sbc.count == 0 || sbc.reliable || sbc.forced || sbc.tag || sbc.reserved_set {
+            self.packed_failed(
+                None,
+                "CMD23 of a packed command carries other flags or no blocks",
+            );
+            x.resp_status |= r1::ERROR;
+            return Handled::R1;
+        }
+        self.write_buf.clear();
+        self.transfer = Transfer::WriteSectors(SectorWrite {
+            partition: self.current_partition(),
+            lba: 0,
+            count: Some(u64::from(sbc.count)),
+            received: 0,
+            target: ProgramTarget::Medium,
+            reliable: false,
+            granule: 1,
+            packed: true,
+            staged_cost: Cost::ZERO,
+            failed: false,
+        });
+        self.state = CardState::Rcv;
+        Handled::R1
+    }
+
+    /// Check one packed entry: its absolute sector, or the R1 error that fails it.
+    fn check_entry(
+        &self,
+        partition: Partition,
+        e: &packed::Entry,
+        write: bool,
+    ) -> Result<(u64, u64), u32> {
+        let lba = self.address_to_lba(e.address)?;
+        let count = e.block_count();
+        let abs = self
+            .partitions
+            .extent(partition)
+            .translate(lba, count)
+            .ok_or(r1::ADDRESS_OUT_OF_RANGE)?;
+        if write {
+            if self.is_write_protected(partition, lba, count) {
+                return Err(r1::WP_VIOLATION);
+            }
+            if e.reliable() {
+                self.reliable_granule(lba, count)?;
+            }
+        }
+        Ok((abs, lba))
+    }
+
+    /// All blocks of a packed write arrived: validate the header, then program the entries
+    /// up to the first one that fails. Nothing of a failing entry is written.
+    fn finish_packed_write(&mut self, sw: &SectorWrite, x_after: &mut u32) {
+        let header_blocks = 1u64;
+        let announced = sw.received;
+        let header = match Header::parse(
+            &self.write_buf,
+            Direction::Write,
+            usize::from(self.model.ext_csd.max_packed_writes),
+        )
+        .and_then(|h| {
+            let entries = h.data_blocks();
+            if entries + header_blocks != announced {
+                Err(HeaderError::CountMismatch {
+                    entries,
+                    header: header_blocks,
+                    announced,
+                })
+            } else {
+                Ok(h)
+            }
+        }) {
+            Ok(h) => h,
+            Err(HeaderError::WrongDirection {
+                found: Direction::Read,
+                ..
+            }) if announced == header_blocks => {
+                self.accept_packed_read_header();
+                self.begin_op(0, OpKind::Busy);
+                return;
+            }
+            Err(e) => {
+                self.packed_failed(None, &e.to_string());
+                *x_after |= r1::ERROR;
+                self.begin_op(0, OpKind::Busy);
+                return;
+            }
+        };
+        let cache = self.cache_enabled();
+        let mut segments = Vec::with_capacity(header.entries.len());
+        let mut offset = header_blocks as usize * SECTOR;
+        for (i, e) in header.entries.iter().enumerate() {
+            match self.check_entry(sw.partition, e, true) {
+                Ok((abs, lba)) => {
+                    let reliable = e.reliable();
+                    let granule = if reliable {
+                        self.reliable_granule(lba, e.block_count()).unwrap_or(1)
+                    } else {
+                        1
+                    };
+                    segments.push(Segment {
+                        sector: abs,
+                        count: e.block_count(),
+                        buf_offset: offset,
+                        target: if reliable || !cache {
+                            ProgramTarget::Medium
+                        } else {
+                            ProgramTarget::Cache
+                        },
+                        reliable,
+                        granule,
+                    });
+                    offset += e.block_count() as usize * SECTOR;
+                }
+                Err(bits) => {
+                    self.packed_failed(Some(i + 1), &r1::describe(bits));
+                    *x_after |= bits;
+                    break;
+                }
+            }
+        }
+        self.stats.packed_writes += 1;
+        self.start_program(ProgramOp { segments }, true, Cost::ZERO);
+    }
+
+    /// A packed-read header arrived through CMD25: remember its entries for the CMD18.
+    fn accept_packed_read_header(&mut self) {
+        let partition = self.current_partition();
+        match Header::parse(
+            &self.write_buf,
+            Direction::Read,
+            usize::from(self.model.ext_csd.max_packed_reads),
+        ) {
+            Ok(h) => {
+                for (i, e) in h.entries.iter().enumerate() {
+                    if let Err(bits) = self.check_entry(partition, e, false) {
+                        self.packed_failed(Some(i + 1), &r1::describe(bits));
+                        self.status |= bits;
+                        self.packed_read = None;
+                        return;
+                    }
+                }
+                self.packed_read = Some(h.entries);
+            }
+            Err(e) => {
+                self.packed_failed(None, &e.to_string());
+                self.status |= r1::ERROR;
+                self.packed_read = None;
+            }
+        }
+    }
+
+    /// CMD18 after CMD23 with the packed bit: stream the entries of the stored header.
+    fn start_packed_read(&mut self, x: &mut Exec, sbc: Sbc) -> Handled {
+        let Some(entries) = self.packed_read.take() else {
+            self.packed_failed(None, "packed CMD18 without a packed-read header");
+            x.resp_status |= r1::ERROR;
+            return Handled::R1;
+        };
+        let total: u64 = entries.iter().map(packed::Entry::block_count).sum();
+        if total != u64::from(sbc.count) {
+            self.packed_failed(None, "CMD23 count differs from the packed-read entries");
+            x.resp_status |= r1::ERROR;
+            return Handled::R1;
+        }
+        let partition = self.current_partition();
+        let mut pieces = Vec::with_capacity(entries.len());
+        let mut pending_ns = 0;
+        for e in &entries {
+            match self.check_entry(partition, e, false) {
+                Ok((abs, lba)) => {
+                    pieces.push((lba, e.block_count()));
+                    pending_ns += self
+                        .timing
+                        .read(self.now, abs, e.block_count() as u32)
+                        .busy_ns;
+                }
+                Err(bits) => {
+                    x.resp_status |= bits;
+                    return Handled::R1;
+                }
+            }
+        }
+        self.stats.packed_reads += 1;
+        self.transfer = Transfer::ReadSectors(SectorRead {
+            partition,
+            pieces,
+            piece: 0,
+            done_in_piece: 0,
+            bounded: true,
+            boot: false,
+            pending_ns,
+        });
+        self.state = CardState::Data;
+        Handled::R1
+    }
+
+    // ---- RPMB ---------------------------------------------------------------------------
+
+    fn start_rpmb_write(&mut self, x: &mut Exec, count: Option<u64>, sbc: Option<Sbc>) -> Handled {
+        match (count, sbc) {
+            (Some(n), Some(sbc)) if !sbc.packed && n > 0 => {
+                self.write_buf.clear();
+                self.transfer = Transfer::WriteRpmb {
+                    frames: n,
+                    reliable: sbc.reliable,
+                };
+                self.state = CardState::Rcv;
+                Handled::R1
+            }
+            _ => {
+                log::debug!("RPMB access without a CMD23 block count (CMD{})", x.index);
+                x.resp_status |= r1::ERROR;
+                Handled::R1
+            }
+        }
+    }
+
+    fn start_rpmb_read(&mut self, x: &mut Exec, count: Option<u64>) -> Handled {
+        let Some(n) = count.filter(|&n| n > 0 && x.sbc.is_some_and(|s| !s.packed)) else {
+            log::debug!("RPMB read without a CMD23 block count (CMD{})", x.index);
+            x.resp_status |= r1::ERROR;
+            return Handled::R1;
+        };
+        let Some(len) = usize::try_from(n)
+            .ok()
+            .and_then(|n| n.checked_mul(FRAME_LEN))
+        else {
+            x.resp_status |= r1::ERROR;
+            return Handled::R1;
+        };
+        let mut frames = std::mem::take(&mut self.read_buf);
+        frames.clear();
+        frames.resize(len, 0);
+        let extent = self.partitions.extent(Partition::Rpmb);
+        let mut area = RpmbArea {
+            store: self.store.as_mut(),
+            start_byte: extent.start * SECTOR as u64,
+            size_bytes: extent.sectors * SECTOR as u64,
+        };
+        let result = self.rpmb.read_frames(&mut frames, &mut area);
+        self.read_buf = frames;
+        if let Err(e) = result {
+            log::warn!("RPMB read: {e}");
+            x.resp_status |= r1::ERROR;
+            return Handled::R1;
+        }
+        self.send_buffer(FRAME_LEN)
+    }
+
+    fn finish_rpmb_write(&mut self, reliable: bool) {
+        let extent = self.partitions.extent(Partition::Rpmb);
+        let mut area = RpmbArea {
+            store: self.store.as_mut(),
+            start_byte: extent.start * SECTOR as u64,
+            size_bytes: extent.sectors * SECTOR as u64,
+        };
+        let frames = std::mem::take(&mut self.write_buf);
+        let result = self.rpmb.write_frames(&frames, reliable, &mut area);
+        let blocks = (frames.len() / SECTOR) as u32;
+        self.write_buf = frames;
+        match result {
+            Ok(true) => self.save_persistent(),
+            Ok(false) => {}
+            Err(e) => {
+                log::warn!("RPMB write: {e}");
+                self.status |= r1::ERROR;
+            }
+        }
+        let cost = self.timing.program(
+            self.now,
+            &crate::timing::Program {
+                sector: extent.start,
+                count: blocks,
+                target: ProgramTarget::Medium,
+                reliable: true,
+                packed_entry: false,
+            },
+        );
+        self.begin_op(cost.busy_ns, OpKind::Busy);
+    }
+
+    // ---- CMD12 --------------------------------------------------------------------------
+
+    pub(super) fn cmd12_stop_transmission(&mut self, x: &mut Exec) -> Handled {
+        match self.state {
+            CardState::Data => {
+                self.transfer = Transfer::None;
+                self.state = CardState::Tran;
+                Handled::R1
+            }
+            CardState::Rcv => {
+                let mut after = 0;
+                self.finish_write(&mut after, true);
+                x.after_status |= after;
+                Handled::R1b
+            }
+            CardState::Prg if x.arg & 1 != 0 && self.hpi_carrier(12) => {
+                self.high_priority_interrupt();
+                Handled::R1b
+            }
+            _ => Handled::Illegal("CMD12 in prg without HPI"),
+        }
+    }
+
+    // ---- the data API -------------------------------------------------------------------
+
+    /// Receive data blocks from the host for the transfer in progress. `buf` holds whole
+    /// blocks of [`Card::transfer_block_len`]. When the last block of a bounded transfer
+    /// arrives the card starts programming (prg) and is busy until [`Card::busy_until`].
+    pub fn write_data(&mut self, now: Nanos, buf: &[u8]) -> Result<(), DataError> {
+        self.advance(now);
+        let block_len = match (&self.transfer, self.state) {
+            (Transfer::WriteSectors(_) | Transfer::WriteRpmb { .. }, CardState::Rcv) => SECTOR,
+            (Transfer::WriteBuffer { block_len, .. }, CardState::Rcv | CardState::Btst) => {
+                *block_len
+            }
+            _ => return Err(DataError::NoTransfer(self.state)),
+        };
+        if buf.is_empty() || buf.len() % block_len != 0 {
+            return Err(DataError::BlockLength {
+                len: buf.len(),
+                block_len,
+            });
+        }
+        match std::mem::replace(&mut self.transfer, Transfer::None) {
+            Transfer::WriteSectors(sw) => self.write_sectors(sw, buf),
+            Transfer::WriteRpmb { frames, reliable } => {
+                let have = (self.write_buf.len() / SECTOR) as u64;
+                let n = (buf.len() / SECTOR) as u64;
+                if have + n > frames {
+                    self.transfer = Transfer::WriteRpmb { frames, reliable };
+                    return Err(DataError::PastBlockCount);
+                }
+                self.write_buf.extend_from_slice(buf);
+                if have + n == frames {
+                    self.finish_rpmb_write(reliable);
+                } else {
+                    self.transfer = Transfer::WriteRpmb { frames, reliable };
+                }
+                Ok(())
+            }
+            Transfer::WriteBuffer { sink, block_len } => {
+                if buf.len() != block_len {
+                    self.transfer = Transfer::WriteBuffer { sink, block_len };
+                    return Err(DataError::PastBlockCount);
+                }
+                self.finish_sink(sink, buf);
+                Ok(())
+            }
+            other => {
+                self.transfer = other;
+                Err(DataError::NoTransfer(self.state))
+            }
+        }
+    }
+
+    fn write_sectors(&mut self, mut sw: SectorWrite, buf: &[u8]) -> Result<(), DataError> {
+        let n = (buf.len() / SECTOR) as u64;
+        if let Some(count) = sw.count {
+            if sw.received + n > count {
+                self.transfer = Transfer::WriteSectors(sw);
+                return Err(DataError::PastBlockCount);
+            }
+        }
+        if sw.failed {
+            let done = sw.received;
+            self.transfer = Transfer::WriteSectors(sw);
+            return Err(DataError::Stopped {
+                blocks_done: done,
+                status: "earlier block refused".into(),
+            });
+        }
+        let mut accepted = n;
+        let mut refusal = 0;
+        if sw.count.is_none() {
+            // Open-ended: each block is checked as it arrives.
+            let extent = self.partitions.extent(sw.partition);
+            let first = sw.lba + (self.write_buf.len() / SECTOR) as u64;
+            for i in 0..n {
+                let lba = first + i;
+                if lba >= extent.sectors {
+                    refusal = r1::ADDRESS_OUT_OF_RANGE;
+                } else if self.is_write_protected(sw.partition, lba, 1) {
+                    refusal = r1::WP_VIOLATION;
+                }
+                if refusal != 0 {
+                    accepted = i;
+                    break;
+                }
+            }
+        }
+        self.write_buf
+            .extend_from_slice(&buf[..accepted as usize * SECTOR]);
+        sw.received += accepted;
+        if refusal != 0 {
+            self.status |= refusal;
+            sw.failed = true;
+            let done = sw.received;
+            self.transfer = Transfer::WriteSectors(sw);
+            return Err(DataError::Stopped {
+                blocks_done: done,
+                status: r1::describe(refusal),
+            });
+        }
+        if sw.count.is_none() && self.write_buf.len() >= OPEN_ENDED_STAGING {
+            // Program what has streamed in so far; the rest keeps coming.
+            let op = self.program_op_for(&sw);
+            sw.staged_cost += self.program_cost(&op, false);
+            self.commit_program(&op, op.total_sectors());
+            sw.lba += (self.write_buf.len() / SECTOR) as u64;
+            self.write_buf.clear();
+        }
+        let complete = sw.count == Some(sw.received);
+        self.transfer = Transfer::WriteSectors(sw);
+        if complete {
+            let mut after = 0;
+            self.finish_write(&mut after, false);
+            self.status |= after;
+        }
+        Ok(())
+    }
+
+    fn program_op_for(&self, sw: &SectorWrite) -> ProgramOp {
+        let extent = self.partitions.extent(sw.partition);
+        ProgramOp {
+            segments: vec![Segment {
+                sector: extent.start + sw.lba,
+                count: (self.write_buf.len() / SECTOR) as u64,
+                buf_offset: 0,
+                target: sw.target,
+                reliable: sw.reliable,
+                granule: sw.granule,
+            }],
+        }
+    }
+
+    /// The write phase ends (last block of a bounded transfer, or CMD12): program what
+    /// arrived. `stopped` is true for CMD12.
+    fn finish_write(&mut self, after: &mut u32, stopped: bool) {
+        match std::mem::replace(&mut self.transfer, Transfer::None) {
+            Transfer::WriteSectors(sw) if sw.packed => {
+                if stopped && sw.count != Some(sw.received) {
+                    self.packed_failed(None, "packed write stopped before all blocks arrived");
+                    *after |= r1::ERROR;
+                    self.begin_op(0, OpKind::Busy);
+                } else {
+                    self.finish_packed_write(&sw, after);
+                }
+            }
+            Transfer::WriteSectors(sw) => {
+                let op = self.program_op_for(&sw);
+                self.start_program(op, false, sw.staged_cost);
+            }
+            Transfer::WriteRpmb { .. } => {
+                log::debug!("RPMB write stopped before all frames arrived: ignored");
+                *after |= r1::ERROR;
+                self.begin_op(0, OpKind::Busy);
+            }
+            Transfer::WriteBuffer { .. } => {
+                // Stopped before its single block arrived: nothing to do.
+                self.begin_op(0, OpKind::Busy);
+            }
+            other => {
+                self.transfer = other;
+            }
+        }
+    }
+
+    fn finish_sink(&mut self, sink: Sink, data: &[u8]) {
+        match sink {
+            Sink::BusTest => {
+                self.read_buf.clear();
+                self.read_buf.extend_from_slice(data);
+                // Stays in btst until CMD14.
+                return;
+            }
+            Sink::GenCmd => {}
+            Sink::ProgramCid => {
+                // The CID is programmed once, by the manufacturer.
+                self.status |= r1::CID_CSD_OVERWRITE;
+            }
+            Sink::ProgramCsd => self.program_csd(data),
+            Sink::LockUnlock => self.lock_unlock(data),
+        }
+        let cost = self.timing.switch(self.now, SwitchKind::Generic);
+        self.begin_op(cost.busy_ns, OpKind::Busy);
+    }
+
+    /// CMD27: only the programmable bits of CSD byte 14 may differ; COPY and
+    /// PERM_WRITE_PROTECT are one-time programmable.
+    fn program_csd(&mut self, data: &[u8]) {
+        let new = data[14];
+        let fixed_differs = data[..14] != self.csd[..14];
+        let otp = registers::CSD_PERM_WRITE_PROTECT | (1 << 6);
+        let cleared_otp = self.csd_writable & otp & !new != 0;
+        if fixed_differs || cleared_otp || new & !registers::CSD_WRITABLE_MASK != 0 {
+            self.status |= r1::CID_CSD_OVERWRITE;
+            return;
+        }
+        self.csd_writable = new;
+        self.csd = registers::build_csd(&self.model, self.csd_writable);
+        self.save_persistent();
+    }
+
+    /// Send data blocks of the transfer in progress to the host. `buf` holds whole blocks
+    /// of [`Card::transfer_block_len`]. Returns the card-internal time the card needed
+    /// before it could send them (access time plus internal read time), which the host
+    /// model adds to bus time.
+    pub fn read_data(&mut self, now: Nanos, buf: &mut [u8]) -> Result<Nanos, DataError> {
+        self.advance(now);
+        if !matches!(self.state, CardState::Data | CardState::Boot) {
+            return Err(DataError::NoTransfer(self.state));
+        }
+        match std::mem::replace(&mut self.transfer, Transfer::None) {
+            Transfer::ReadBuffer { block_len, pos } => {
+                if buf.is_empty() || buf.len() % block_len != 0 {
+                    self.transfer = Transfer::ReadBuffer { block_len, pos };
+                    return Err(DataError::BlockLength {
+                        len: buf.len(),
+                        block_len,
+                    });
+                }
+                let end = pos + buf.len();
+                if end > self.read_buf.len() {
+                    self.transfer = Transfer::ReadBuffer { block_len, pos };
+                    return Err(DataError::PastBlockCount);
+                }
+                buf.copy_from_slice(&self.read_buf[pos..end]);
+                if end < self.read_buf.len() {
+                    self.transfer = Transfer::ReadBuffer {
+                        block_len,
+                        pos: end,
+                    };
+                } else {
+                    self.state = CardState::Tran;
+                }
+                Ok(0)
+            }
+            Transfer::ReadSectors(sr) => self.read_sectors(sr, buf),
+            other => {
+                self.transfer = other;
+                Err(DataError::NoTransfer(self.state))
+            }
+        }
+    }
+
+    fn read_sectors(&mut self, mut sr: SectorRead, buf: &mut [u8]) -> Result<Nanos, DataError> {
+        if buf.is_empty() || buf.len() % SECTOR != 0 {
+            self.transfer = Transfer::ReadSectors(sr);
+            return Err(DataError::BlockLength {
+                len: buf.len(),
+                block_len: SECTOR,
+            });
+        }
+        let wanted = (buf.len() / SECTOR) as u64;
+        if sr.bounded {
+            let remaining: u64 =
+                sr.pieces[sr.piece..].iter().map(|p| p.1).sum::<u64>() - sr.done_in_piece;
+            if wanted > remaining {
+                self.transfer = Transfer::ReadSectors(sr);
+                return Err(DataError::PastBlockCount);
+            }
+        }
+        let extent = self.partitions.extent(sr.partition);
+        let mut cost = std::mem::take(&mut sr.pending_ns);
+        let mut done = 0u64;
+        while done < wanted && sr.piece < sr.pieces.len() {
+            let (lba, count) = sr.pieces[sr.piece];
+            let n = (count - sr.done_in_piece).min(wanted - done);
+            let abs = extent.start + lba + sr.done_in_piece;
+            let out = &mut buf[done as usize * SECTOR..(done + n) as usize * SECTOR];
+            if let Err(e) = self.store.read_at(abs * SECTOR as u64, out) {
+                log::error!("reading {n} sectors at image sector {abs}: {e}");
+                self.status |= r1::ERROR;
+                self.transfer = Transfer::ReadSectors(sr);
+                return Err(DataError::Stopped {
+                    blocks_done: done,
+                    status: "medium read failed".into(),
+                });
+            }
+            self.cache.overlay(abs, out);
+            if !sr.bounded {
+                cost += self.timing.read(self.now, abs, n as u32).busy_ns;
+            }
+            done += n;
+            sr.done_in_piece += n;
+            if sr.done_in_piece == count {
+                sr.piece += 1;
+                sr.done_in_piece = 0;
+            }
+        }
+        self.stats.sectors_read += done;
+        if done < wanted {
+            // An open-ended read ran off the end of the partition.
+            self.transfer = Transfer::ReadSectors(sr);
+            if self.state == CardState::Boot {
+                return Err(DataError::Stopped {
+                    blocks_done: done,
+                    status: "end of boot partition".into(),
+                });
+            }
+            self.status |= r1::ADDRESS_OUT_OF_RANGE;
+            return Err(DataError::Stopped {
+                blocks_done: done,
+                status: r1::describe(r1::ADDRESS_OUT_OF_RANGE),
+            });
+        }
+        if sr.bounded && sr.piece == sr.pieces.len() {
+            self.state = CardState::Tran;
+        } else {
+            self.transfer = Transfer::ReadSectors(sr);
+        }
+        Ok(cost)
+    }
+}
