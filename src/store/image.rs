@@ -521,3 +521,498 @@ fn write_sidecar(
         .and_then(|d| d.sync_all())
         .map_err(|e| io_error(dir, e))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+
+    use super::*;
+
+    const SECTOR: usize = 512;
+
+    /// Small but with every area present and distinct sizes, so that an offset mix-up
+    /// between areas shows.
+    fn layout() -> ImageLayout {
+        ImageLayout {
+            boot_bytes: 128 * 1024,
+            rpmb_bytes: 256 * 1024,
+            user_bytes: 8 << 20,
+        }
+    }
+
+    const MODEL: &str = "generic-emmc45";
+
+    fn new_image(dir: &tempfile::TempDir) -> (PathBuf, ImageStore) {
+        let path = dir.path().join("card.img");
+        let store = ImageStore::create(&path, layout(), MODEL).unwrap();
+        (path, store)
+    }
+
+    fn pattern(seed: u8, len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) | 1)
+            .collect()
+    }
+
+    fn read(store: &mut ImageStore, offset: u64, len: usize) -> Vec<u8> {
+        let mut buf = vec![0xA5; len];
+        store.read_at(offset, &mut buf).unwrap();
+        buf
+    }
+
+    /// Bytes allocated to the file on disk (st_blocks is in 512-byte units).
+    fn allocated(path: &Path) -> u64 {
+        fs::metadata(path).unwrap().blocks() * 512
+    }
+
+    fn problem(err: StoreError) -> String {
+        match err {
+            StoreError::Mismatch { problem, .. } | StoreError::BadMetadata { problem, .. } => {
+                problem
+            }
+            other => panic!("expected Mismatch or BadMetadata, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn round_trip_at_start_and_end_of_every_area_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, mut store) = new_image(&dir);
+        let l = layout();
+        let areas = [
+            (l.boot1_offset(), l.boot_bytes),
+            (l.boot2_offset(), l.boot_bytes),
+            (l.rpmb_offset(), l.rpmb_bytes),
+            (l.user_offset(), l.user_bytes),
+        ];
+        let mut seed = 0u8;
+        for &(start, len) in &areas {
+            store.write_at(start, &pattern(seed, SECTOR)).unwrap();
+            store
+                .write_at(start + len - SECTOR as u64, &pattern(seed + 1, SECTOR))
+                .unwrap();
+            seed += 2;
+        }
+        store.sync().unwrap();
+        drop(store);
+
+        let mut store = ImageStore::open(&path, l, MODEL).unwrap();
+        let raw = File::open(&path).unwrap();
+        let mut seed = 0u8;
+        for &(start, len) in &areas {
+            let last = start + len - SECTOR as u64;
+            assert_eq!(read(&mut store, start, SECTOR), pattern(seed, SECTOR));
+            assert_eq!(read(&mut store, last, SECTOR), pattern(seed + 1, SECTOR));
+            // And the bytes sit at those absolute offsets of the raw file, which is what
+            // makes the image usable by QEMU.
+            let mut direct = vec![0u8; SECTOR];
+            raw.read_exact_at(&mut direct, last).unwrap();
+            assert_eq!(direct, pattern(seed + 1, SECTOR));
+            seed += 2;
+        }
+        // A read spanning the boundary between two areas sees both.
+        let both = read(&mut store, l.rpmb_offset() - 4, 8);
+        assert_eq!(&both[..4], &pattern(3, SECTOR)[SECTOR - 4..]);
+        assert_eq!(&both[4..], &pattern(4, SECTOR)[..4]);
+    }
+
+    #[test]
+    fn holes_read_as_zero() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_path, mut store) = new_image(&dir);
+        let l = layout();
+        assert!(read(&mut store, 0, 4096).iter().all(|&b| b == 0));
+        store
+            .write_at(l.user_offset() + 4096, &[0x77; 512])
+            .unwrap();
+        let around = read(&mut store, l.user_offset(), 3 * 4096);
+        assert!(around[..4096].iter().all(|&b| b == 0));
+        assert!(around[4096..4608].iter().all(|&b| b == 0x77));
+        assert!(around[4608..].iter().all(|&b| b == 0));
+        let end = l.total_bytes();
+        assert!(read(&mut store, end - 65536, 65536).iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn create_refuses_existing_image_or_sidecar_and_leaves_them_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, mut store) = new_image(&dir);
+        store.write_at(0, &[0x42; 512]).unwrap();
+        drop(store);
+        let sidecar_before = fs::read(sidecar_path(&path)).unwrap();
+
+        let other = ImageLayout {
+            user_bytes: 16 << 20,
+            ..layout()
+        };
+        let err = ImageStore::create(&path, other, "other-model").unwrap_err();
+        assert!(matches!(err, StoreError::Exists { .. }), "{err:?}");
+        assert_eq!(fs::metadata(&path).unwrap().len(), layout().total_bytes());
+        assert_eq!(fs::read(sidecar_path(&path)).unwrap(), sidecar_before);
+        let mut store = ImageStore::open(&path, layout(), MODEL).unwrap();
+        assert_eq!(read(&mut store, 0, 512), vec![0x42; 512]);
+
+        // A sidecar without its image blocks creation too, and no image appears.
+        let lone = dir.path().join("lone.img");
+        fs::write(sidecar_path(&lone), "stale").unwrap();
+        let err = ImageStore::create(&lone, layout(), MODEL).unwrap_err();
+        assert!(matches!(err, StoreError::Exists { ref path } if path.ends_with(".emmc.toml")));
+        assert!(!lone.exists());
+    }
+
+    #[test]
+    fn create_rejects_unusable_layouts_before_touching_the_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.img");
+        let odd = ImageLayout {
+            user_bytes: 1000,
+            ..layout()
+        };
+        let huge = ImageLayout {
+            boot_bytes: u64::MAX - 511,
+            ..layout()
+        };
+        for bad in [odd, huge] {
+            let err = ImageStore::create(&path, bad, MODEL).unwrap_err();
+            assert!(matches!(err, StoreError::BadLayout { .. }), "{err:?}");
+            assert!(!path.exists());
+            assert!(!sidecar_path(&path).exists());
+        }
+    }
+
+    #[test]
+    fn open_detects_wrong_file_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, store) = new_image(&dir);
+        drop(store);
+        let grown = layout().total_bytes() + 512;
+        File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(grown)
+            .unwrap();
+        let msg = problem(ImageStore::open(&path, layout(), MODEL).unwrap_err());
+        assert!(msg.contains(&grown.to_string()), "{msg}");
+        assert!(msg.contains(&layout().total_bytes().to_string()), "{msg}");
+    }
+
+    #[test]
+    fn open_detects_wrong_model() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("card.img");
+        drop(ImageStore::create(&path, layout(), "toshiba-mmc32g").unwrap());
+        let err = ImageStore::open(&path, layout(), MODEL).unwrap_err();
+        assert!(matches!(err, StoreError::Mismatch { .. }), "{err:?}");
+        assert_eq!(
+            problem(err),
+            "made for model toshiba-mmc32g, opened as generic-emmc45"
+        );
+    }
+
+    #[test]
+    fn open_detects_wrong_layout_and_names_the_area() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, store) = new_image(&dir);
+        drop(store);
+        let bigger_user = ImageLayout {
+            user_bytes: 16 << 20,
+            ..layout()
+        };
+        assert_eq!(
+            problem(ImageStore::open(&path, bigger_user, MODEL).unwrap_err()),
+            "user area is 8 MiB in the sidecar, 16 MiB in the model"
+        );
+        let other_rpmb = ImageLayout {
+            rpmb_bytes: 128 * 1024,
+            ..layout()
+        };
+        assert_eq!(
+            problem(ImageStore::open(&path, other_rpmb, MODEL).unwrap_err()),
+            "RPMB partition is 256 KiB in the sidecar, 128 KiB in the model"
+        );
+        let other_boot = ImageLayout {
+            boot_bytes: 512 * 1024,
+            ..layout()
+        };
+        let msg = problem(ImageStore::open(&path, other_boot, MODEL).unwrap_err());
+        assert!(
+            msg.contains("boot partition is 128 KiB in the sidecar, 512 KiB"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn open_detects_missing_and_corrupt_sidecar() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, store) = new_image(&dir);
+        drop(store);
+        let sidecar = sidecar_path(&path);
+        let good = fs::read_to_string(&sidecar).unwrap();
+
+        fs::remove_file(&sidecar).unwrap();
+        let err = ImageStore::open(&path, layout(), MODEL).unwrap_err();
+        assert!(matches!(err, StoreError::BadMetadata { .. }), "{err:?}");
+        assert!(problem(err).contains("missing"));
+
+        fs::write(&sidecar, "[image\nformat = = 1\n").unwrap();
+        let msg = problem(ImageStore::open(&path, layout(), MODEL).unwrap_err());
+        assert!(msg.contains("not valid TOML"), "{msg}");
+
+        fs::write(&sidecar, good.replace("user_bytes", "user_bites")).unwrap();
+        let msg = problem(ImageStore::open(&path, layout(), MODEL).unwrap_err());
+        assert!(msg.contains("user_bites"), "{msg}");
+
+        fs::write(&sidecar, good.replace("[image]", "[imgae]")).unwrap();
+        let msg = problem(ImageStore::open(&path, layout(), MODEL).unwrap_err());
+        assert!(msg.contains("imgae"), "{msg}");
+
+        fs::write(&sidecar, &good).unwrap();
+        ImageStore::open(&path, layout(), MODEL).unwrap();
+    }
+
+    #[test]
+    fn open_detects_format_mismatch() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, store) = new_image(&dir);
+        drop(store);
+        let sidecar = sidecar_path(&path);
+        let good = fs::read_to_string(&sidecar).unwrap();
+        assert!(good.contains("format = 1\n"), "{good}");
+        fs::write(&sidecar, good.replace("format = 1\n", "format = 2\n")).unwrap();
+        let err = ImageStore::open(&path, layout(), MODEL).unwrap_err();
+        assert!(matches!(err, StoreError::BadMetadata { .. }), "{err:?}");
+        let msg = problem(err);
+        assert!(
+            msg.contains("format 2") && msg.contains("format 1"),
+            "{msg}"
+        );
+        let err = read_header(&path).unwrap_err();
+        assert!(problem(err).contains("format 2"));
+    }
+
+    #[test]
+    fn read_header_reports_model_and_layout_without_being_told() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("card.img");
+        drop(ImageStore::create(&path, layout(), "toshiba-mmc32g").unwrap());
+        let header = read_header(&path).unwrap();
+        assert_eq!(
+            header,
+            ImageHeader {
+                model: "toshiba-mmc32g".into(),
+                layout: layout(),
+            }
+        );
+        ImageStore::open(&path, header.layout, &header.model).unwrap();
+    }
+
+    #[test]
+    fn out_of_bounds_and_overflowing_accesses_are_rejected_and_write_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, mut store) = new_image(&dir);
+        let size = layout().total_bytes();
+        let before = allocated(&path);
+        let mut buf = [0u8; 8];
+        let oob = |r: Result<(), StoreError>| {
+            assert!(matches!(r, Err(StoreError::OutOfBounds { .. })), "{r:?}");
+        };
+        // Straddling the end, starting at the end, far past it, and wrapping around u64.
+        for offset in [size - 4, size, size + 4096, u64::MAX - 2, u64::MAX] {
+            oob(store.read_at(offset, &mut buf));
+            oob(store.write_at(offset, &[0xEE; 8]));
+            oob(store.fill(offset, 8, 0xEE));
+            oob(store.fill(offset, 8, 0));
+        }
+        oob(store.fill(1, u64::MAX, 0xEE));
+        oob(store.fill(1, u64::MAX, 0));
+        oob(store.fill(0, size + 1, 0xEE));
+        store.sync().unwrap();
+        assert_eq!(fs::metadata(&path).unwrap().len(), size);
+        assert_eq!(allocated(&path), before);
+        assert_eq!(read(&mut store, size - 8, 8), vec![0u8; 8]);
+        // The very end is reachable, and empty accesses at the end are fine.
+        store.write_at(size - 8, &[1; 8]).unwrap();
+        store.read_at(size, &mut []).unwrap();
+        store.fill(size, 0, 0xEE).unwrap();
+        assert_eq!(fs::metadata(&path).unwrap().len(), size);
+    }
+
+    #[test]
+    fn fill_zero_deallocates_and_reads_back_zero() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, mut store) = new_image(&dir);
+        let start = layout().user_offset() + (1 << 20);
+        let len: u64 = 2 << 20;
+        store.write_at(start, &vec![0xAB; len as usize]).unwrap();
+        store.write_at(start + len, &[0xCD; 512]).unwrap();
+        store.sync().unwrap();
+        let written = allocated(&path);
+        assert!(written >= len, "only {written} bytes allocated");
+
+        store.fill(start, len, 0).unwrap();
+        store.sync().unwrap();
+        let after = allocated(&path);
+        assert!(
+            after + len <= written,
+            "fill(0) freed only {} bytes of {len}",
+            written - after
+        );
+        assert!(read(&mut store, start, len as usize)
+            .iter()
+            .all(|&b| b == 0));
+        assert_eq!(read(&mut store, start + len, 512), vec![0xCD; 512]);
+    }
+
+    #[test]
+    fn fill_zero_on_unaligned_range_zeroes_exactly_that_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_path, mut store) = new_image(&dir);
+        let base = layout().user_offset();
+        store.write_at(base, &vec![0x5A; 3 << 20]).unwrap();
+        store.fill(base + 1000, (2 << 20) + 1234, 0).unwrap();
+        let back = read(&mut store, base, 3 << 20);
+        let end = 1000 + (2 << 20) + 1234;
+        assert!(back[..1000].iter().all(|&b| b == 0x5A));
+        assert!(back[1000..end].iter().all(|&b| b == 0));
+        assert!(back[end..].iter().all(|&b| b == 0x5A));
+    }
+
+    #[test]
+    fn zero_writing_fallback_zeroes_exactly_the_range() {
+        // The path taken where the filesystem cannot punch holes (EOPNOTSUPP).
+        let dir = tempfile::tempdir().unwrap();
+        let (_path, mut store) = new_image(&dir);
+        let base = layout().user_offset();
+        let len = FILL_CHUNK * 2 + 700;
+        store
+            .write_at(base, &vec![0x5A; (len + 1024) as usize])
+            .unwrap();
+        store.write_repeated(base + 512, len, 0).unwrap();
+        let back = read(&mut store, base, (len + 1024) as usize);
+        let end = 512 + len as usize;
+        assert!(back[..512].iter().all(|&b| b == 0x5A));
+        assert!(back[512..end].iter().all(|&b| b == 0));
+        assert!(back[end..].iter().all(|&b| b == 0x5A));
+    }
+
+    #[test]
+    fn fill_ff_reads_back_ff_and_leaves_neighbours_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_path, mut store) = new_image(&dir);
+        let base = layout().user_offset();
+        let len = FILL_CHUNK * 2 + 4096 + 17; // several chunks, unaligned end
+        let total = (len + 2 * 4096) as usize;
+        store.write_at(base, &pattern(9, total)).unwrap();
+        store.fill(base + 4096, len, 0xFF).unwrap();
+        let back = read(&mut store, base, total);
+        let want = pattern(9, total);
+        let end = 4096 + len as usize;
+        assert_eq!(back[..4096], want[..4096]);
+        assert!(back[4096..end].iter().all(|&b| b == 0xFF));
+        assert_eq!(back[end..], want[end..]);
+        // Up to the last byte of the image.
+        let size = layout().total_bytes();
+        store.fill(size - 3, 3, 0xFF).unwrap();
+        assert_eq!(read(&mut store, size - 4, 4), vec![0, 0xFF, 0xFF, 0xFF]);
+    }
+
+    fn state(counter: i64) -> toml::Table {
+        let mut rpmb = toml::Table::new();
+        rpmb.insert("write_counter".into(), toml::Value::Integer(counter));
+        rpmb.insert("key".into(), toml::Value::String("00ff".repeat(16)));
+        let mut t = toml::Table::new();
+        t.insert("rpmb".into(), toml::Value::Table(rpmb));
+        t.insert("boot_wp".into(), toml::Value::Boolean(true));
+        t
+    }
+
+    #[test]
+    fn card_state_round_trips_through_reopen_and_keeps_image_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, store) = new_image(&dir);
+        assert_eq!(store.load_card_state(), None);
+        drop(store);
+        assert_eq!(
+            ImageStore::open(&path, layout(), MODEL)
+                .unwrap()
+                .load_card_state(),
+            None
+        );
+
+        let mut store = ImageStore::open(&path, layout(), MODEL).unwrap();
+        store.save_card_state(&state(7)).unwrap();
+        assert_eq!(store.load_card_state(), Some(state(7)));
+        store.save_card_state(&state(8)).unwrap();
+        drop(store);
+
+        let store = ImageStore::open(&path, layout(), MODEL).unwrap();
+        assert_eq!(store.load_card_state(), Some(state(8)));
+        assert_eq!(
+            read_header(&path).unwrap(),
+            ImageHeader {
+                model: MODEL.into(),
+                layout: layout(),
+            }
+        );
+        assert!(!tmp_path(&sidecar_path(&path)).exists());
+    }
+
+    #[test]
+    fn crash_before_rename_leaves_old_state_readable() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, mut store) = new_image(&dir);
+        store.save_card_state(&state(1)).unwrap();
+        drop(store);
+        let tmp = tmp_path(&sidecar_path(&path));
+
+        // Crashed after writing the new sidecar in full but before the rename...
+        let image = ImageSection::new(layout(), MODEL);
+        let newer = toml::to_string(&SidecarOut {
+            image: &image,
+            card: Some(&state(2)),
+        })
+        .unwrap();
+        fs::write(&tmp, newer).unwrap();
+        let store = ImageStore::open(&path, layout(), MODEL).unwrap();
+        assert_eq!(store.load_card_state(), Some(state(1)));
+        drop(store);
+
+        // ...or halfway through writing it.
+        fs::write(&tmp, "[image]\nformat = 1\nmod").unwrap();
+        let mut store = ImageStore::open(&path, layout(), MODEL).unwrap();
+        assert_eq!(store.load_card_state(), Some(state(1)));
+
+        // The next save goes through despite the stale file.
+        store.save_card_state(&state(3)).unwrap();
+        drop(store);
+        let store = ImageStore::open(&path, layout(), MODEL).unwrap();
+        assert_eq!(store.load_card_state(), Some(state(3)));
+        assert!(!tmp.exists());
+    }
+
+    #[test]
+    fn a_32_gib_image_is_created_sparse() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.img");
+        let big = ImageLayout {
+            boot_bytes: 4 << 20,
+            rpmb_bytes: 4 << 20,
+            user_bytes: 32 << 30,
+        };
+        let mut store = ImageStore::create(&path, big, "big-card").unwrap();
+        let size = big.total_bytes();
+        assert_eq!(fs::metadata(&path).unwrap().len(), size);
+        store.write_at(0, &[0x11; 512]).unwrap();
+        store.write_at(size - 512, &[0x22; 512]).unwrap();
+        store.sync().unwrap();
+        // Two sectors, rounded up to filesystem blocks, plus some metadata blocks.
+        let used = allocated(&path);
+        assert!(used <= 1 << 20, "{used} bytes allocated for two sectors");
+        drop(store);
+
+        let mut store = ImageStore::open(&path, big, "big-card").unwrap();
+        assert_eq!(read(&mut store, size - 512, 512), vec![0x22; 512]);
+        assert_eq!(read(&mut store, size / 2, 512), vec![0; 512]);
+    }
+}
