@@ -13,7 +13,7 @@
 mod image;
 mod mem;
 
-pub use image::ImageStore;
+pub use image::{read_header, ImageHeader, ImageStore};
 pub use mem::{MemStore, NullStore};
 
 /// Sizes of the areas of one card, in bytes. All are multiples of 512.
@@ -63,6 +63,10 @@ pub enum StoreError {
     BadMetadata { path: String, problem: String },
     #[error("{path}: already exists")]
     Exists { path: String },
+    /// A layout no image can have (sizes not multiples of 512, or a total that does not
+    /// fit in a file offset); caught before any file is touched.
+    #[error("{path}: unusable layout: {problem}")]
+    BadLayout { path: String, problem: String },
 }
 
 /// What the card needs from its storage. Offsets are absolute in the layout above;
