@@ -194,11 +194,71 @@ pub fn sign_frames(key: &[u8; KEY_LEN], frames: &mut [RpmbFrame]) {
 }
 
 /// RPMB state that survives power loss; the card saves it in the image's sidecar.
+///
+/// In TOML the key is a 64-digit hex string (`key = "00ff…"`), absent until programmed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RpmbPersistent {
     /// The authentication key, once programmed.
-    pub key: Option<[u8; 32]>,
+    #[serde(default, with = "hex_key", skip_serializing_if = "Option::is_none")]
+    pub key: Option<[u8; KEY_LEN]>,
+    #[serde(default)]
     pub write_counter: u32,
+}
+
+/// Serde for the key as a hex string rather than an array of 32 integers.
+mod hex_key {
+    use super::KEY_LEN;
+    use serde::{de::Error as _, Deserialize, Deserializer, Serializer};
+
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+
+    pub fn serialize<S: Serializer>(key: &Option<[u8; KEY_LEN]>, s: S) -> Result<S::Ok, S::Error> {
+        match key {
+            Some(key) => {
+                let hex: String = key
+                    .iter()
+                    .flat_map(|b| [DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 0xF)]])
+                    .map(char::from)
+                    .collect();
+                s.serialize_str(&hex)
+            }
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<[u8; KEY_LEN]>, D::Error> {
+        match Option::<String>::deserialize(d)? {
+            None => Ok(None),
+            Some(s) => parse(&s).map(Some).ok_or_else(|| {
+                D::Error::custom(format!(
+                    "RPMB key must be {} hex digits, got {:?}",
+                    2 * KEY_LEN,
+                    s
+                ))
+            }),
+        }
+    }
+
+    fn nibble(c: u8) -> Option<u8> {
+        match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            b'A'..=b'F' => Some(c - b'A' + 10),
+            _ => None,
+        }
+    }
+
+    pub(super) fn parse(s: &str) -> Option<[u8; KEY_LEN]> {
+        let digits = s.as_bytes();
+        if digits.len() != 2 * KEY_LEN {
+            return None;
+        }
+        let mut key = [0u8; KEY_LEN];
+        for (byte, pair) in key.iter_mut().zip(digits.chunks_exact(2)) {
+            *byte = nibble(pair[0])? << 4 | nibble(pair[1])?;
+        }
+        Some(key)
+    }
 }
 
 /// The RPMB partition's data in 256-byte half sectors, supplied by the card.
@@ -386,5 +446,55 @@ mod tests {
         assert_eq!(frames[0].key_mac, [0; 32]);
         let bytes = frames_to_bytes(&frames);
         assert_eq!(frames[1].key_mac, reference_mac(&key, &bytes));
+    }
+
+    #[test]
+    fn persistent_key_round_trips_through_toml_as_hex() {
+        let mut key = [0u8; 32];
+        for (i, b) in key.iter_mut().enumerate() {
+            *b = (i as u8).wrapping_mul(37) ^ 0xF0;
+        }
+        let p = RpmbPersistent {
+            key: Some(key),
+            write_counter: 0xDEAD_BEEF,
+        };
+        let text = toml::to_string(&p).unwrap();
+        let expected: String = key.iter().map(|b| format!("{b:02x}")).collect();
+        assert!(text.contains(&format!("key = \"{expected}\"")), "{text}");
+        assert!(text.contains("write_counter = 3735928559"), "{text}");
+        assert_eq!(toml::from_str::<RpmbPersistent>(&text).unwrap(), p);
+        // Upper-case digits are accepted too.
+        let upper = text.replace(&expected, &expected.to_uppercase());
+        assert_eq!(toml::from_str::<RpmbPersistent>(&upper).unwrap(), p);
+    }
+
+    #[test]
+    fn persistent_without_key_omits_it_and_reads_back() {
+        let p = RpmbPersistent {
+            key: None,
+            write_counter: 7,
+        };
+        let text = toml::to_string(&p).unwrap();
+        assert!(!text.contains("key"), "{text}");
+        assert_eq!(toml::from_str::<RpmbPersistent>(&text).unwrap(), p);
+        assert_eq!(
+            toml::from_str::<RpmbPersistent>("").unwrap(),
+            RpmbPersistent::default()
+        );
+    }
+
+    #[test]
+    fn persistent_rejects_malformed_keys_without_panicking() {
+        for bad in [
+            "key = \"abc\"",
+            "key = 5",
+            "key = [1, 2, 3]",
+            &format!("key = \"{}\"", "g".repeat(64)),
+            &format!("key = \"{}\"", "0".repeat(65)),
+            // 64 bytes but not 64 characters: must not slice inside a character.
+            &format!("key = \"{}\"", "é".repeat(32)),
+        ] {
+            assert!(toml::from_str::<RpmbPersistent>(bad).is_err(), "{bad}");
+        }
     }
 }
