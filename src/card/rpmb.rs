@@ -275,24 +275,67 @@ pub enum RpmbBusError {
     NotWholeFrames(usize),
 }
 
+/// The response the next read transfer (CMD18) carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Pending {
+    /// No request waits for a response.
+    Nothing,
+    /// A read write-counter request.
+    Counter { nonce: [u8; NONCE_LEN] },
+    /// An authenticated data read request.
+    DataRead {
+        nonce: [u8; NONCE_LEN],
+        address: u16,
+        /// The request's block count field: 0 (count taken from CMD23) or the count.
+        block_count: u16,
+    },
+    /// A result read request: the result register.
+    ResultRead,
+    /// A request that was already refused when it was written.
+    Refused {
+        req_resp: u16,
+        nonce: [u8; NONCE_LEN],
+    },
+}
+
 #[derive(Debug, Clone)]
 pub struct Rpmb {
     persistent: RpmbPersistent,
+    /// Partition size in 256-byte half sectors (at most 65 536, as addresses are 16 bits).
+    half_sectors: u32,
+    pending: Pending,
+    /// The response to the last write-type request, returned by a result read request.
+    result_register: Option<RpmbFrame>,
 }
 
 impl Rpmb {
     /// An RPMB partition of `size_bytes` (RPMB_SIZE_MULT × 128 KiB) with its saved state.
+    /// Sizes beyond the 16 MiB a 16-bit half-sector address reaches are capped.
     pub fn new(size_bytes: u64, persistent: RpmbPersistent) -> Rpmb {
-        let _ = size_bytes;
-        Rpmb { persistent }
+        let max = u64::from(u16::MAX) + 1;
+        let half_sectors = (size_bytes / HALF_SECTOR as u64).min(max);
+        Rpmb {
+            persistent,
+            half_sectors: u32::try_from(half_sectors).unwrap_or(u32::from(u16::MAX) + 1),
+            pending: Pending::Nothing,
+            result_register: None,
+        }
     }
 
     pub fn persistent(&self) -> &RpmbPersistent {
         &self.persistent
     }
 
+    /// Partition size in 256-byte half sectors.
+    pub fn half_sectors(&self) -> u32 {
+        self.half_sectors
+    }
+
     /// Forget the volatile state (pending request, last result) on power cycle or CMD0.
-    pub fn reset_volatile(&mut self) {}
+    pub fn reset_volatile(&mut self) {
+        self.pending = Pending::Nothing;
+        self.result_register = None;
+    }
 
     /// A write transfer (CMD23 + CMD25) of whole frames completed; `reliable` is CMD23 bit 31.
     /// Returns `Ok(true)` when the persistent state changed and must be saved.
@@ -302,8 +345,48 @@ impl Rpmb {
         reliable: bool,
         medium: &mut dyn RpmbMedium,
     ) -> Result<bool, RpmbBusError> {
-        let _ = (frames, reliable, medium);
-        Ok(false)
+        let first = whole_frames(frames)?;
+        let count = frames.len() / FRAME_LEN;
+        // A new request supersedes whatever response was still waiting to be read.
+        self.pending = Pending::Nothing;
+        match first.req_resp {
+            AUTHENTICATION_KEY_PROGRAMMING => Ok(self.program_key(&first, count, reliable)),
+            AUTHENTICATED_DATA_WRITE => Ok(self.data_write(frames, &first, reliable, medium)),
+            READ_WRITE_COUNTER | AUTHENTICATED_DATA_READ | RESULT_READ => {
+                self.pending = if count != 1 {
+                    log::warn!(
+                        "RPMB: request {:#06x} in {count} frames refused (must be one frame)",
+                        first.req_resp
+                    );
+                    Pending::Refused {
+                        req_resp: response_type(first.req_resp),
+                        nonce: first.nonce,
+                    }
+                } else {
+                    match first.req_resp {
+                        READ_WRITE_COUNTER => Pending::Counter { nonce: first.nonce },
+                        AUTHENTICATED_DATA_READ => Pending::DataRead {
+                            nonce: first.nonce,
+                            address: first.address,
+                            block_count: first.block_count,
+                        },
+                        _ => Pending::ResultRead,
+                    }
+                };
+                Ok(false)
+            }
+            unknown => {
+                log::warn!("RPMB: unknown request type {unknown:#06x} refused (general failure)");
+                let mut response = RpmbFrame::with_type(if unknown <= 0xFF {
+                    response_type(unknown)
+                } else {
+                    0
+                });
+                response.result = self.status(GENERAL_FAILURE);
+                self.result_register = Some(response);
+                Ok(false)
+            }
+        }
     }
 
     /// A read transfer (CMD23 + CMD18): fill `out` (whole frames) with the response to the
@@ -313,9 +396,300 @@ impl Rpmb {
         out: &mut [u8],
         medium: &mut dyn RpmbMedium,
     ) -> Result<(), RpmbBusError> {
-        let _ = (out, medium);
+        whole_frames(out)?;
+        let count = out.len() / FRAME_LEN;
+        let pending = std::mem::replace(&mut self.pending, Pending::Nothing);
+        let single = |frame: RpmbFrame| {
+            if count == 1 {
+                vec![frame]
+            } else {
+                log::warn!(
+                    "RPMB: response {:#06x} read as {count} frames (must be one): general failure",
+                    frame.req_resp
+                );
+                let mut refused = RpmbFrame::with_type(frame.req_resp);
+                refused.nonce = frame.nonce;
+                refused.result = GENERAL_FAILURE | (frame.result & WRITE_COUNTER_EXPIRED);
+                vec![refused; count]
+            }
+        };
+        let frames = match pending {
+            Pending::Nothing => {
+                log::warn!("RPMB: read of {count} frames with no request pending: general failure");
+                vec![self.failure(0, [0; NONCE_LEN]); count]
+            }
+            Pending::Refused { req_resp, nonce } => vec![self.failure(req_resp, nonce); count],
+            Pending::Counter { nonce } => single(self.counter_response(nonce)),
+            Pending::ResultRead => single(self.result_register.clone().unwrap_or_else(|| {
+                log::warn!("RPMB: result read with no write-type request since reset");
+                self.failure(0, [0; NONCE_LEN])
+            })),
+            Pending::DataRead {
+                nonce,
+                address,
+                block_count,
+            } => self.data_read(count, nonce, address, block_count, medium),
+        };
+        for (chunk, frame) in out.chunks_exact_mut(FRAME_LEN).zip(&frames) {
+            if let Ok(chunk) = <&mut [u8; FRAME_LEN]>::try_from(chunk) {
+                frame.write_to(chunk);
+            }
+        }
         Ok(())
     }
+
+    /// `result` with the write-counter-expired flag added when the counter has expired.
+    fn status(&self, result: u16) -> u16 {
+        if self.persistent.write_counter == WRITE_COUNTER_MAX {
+            result | WRITE_COUNTER_EXPIRED
+        } else {
+            result
+        }
+    }
+
+    fn failure(&self, req_resp: u16, nonce: [u8; NONCE_LEN]) -> RpmbFrame {
+        let mut frame = RpmbFrame::with_type(req_resp);
+        frame.nonce = nonce;
+        frame.result = self.status(GENERAL_FAILURE);
+        frame
+    }
+
+    fn program_key(&mut self, request: &RpmbFrame, count: usize, reliable: bool) -> bool {
+        let mut response = RpmbFrame::with_type(AUTHENTICATION_KEY_PROGRAMMING_RESPONSE);
+        let (result, changed) = if count != 1 || !reliable {
+            log::warn!(
+                "RPMB: key programming refused: {count} frames, reliable write {reliable} \
+                 (needs one frame with CMD23 bit 31)"
+            );
+            (GENERAL_FAILURE, false)
+        } else if self.persistent.key.is_some() {
+            log::warn!("RPMB: key programming refused: the key is already programmed");
+            (GENERAL_FAILURE, false)
+        } else {
+            log::info!("RPMB: authentication key programmed");
+            self.persistent.key = Some(request.key_mac);
+            (OPERATION_OK, true)
+        };
+        response.result = self.status(result);
+        self.result_register = Some(response);
+        changed
+    }
+
+    fn data_write(
+        &mut self,
+        frames: &[u8],
+        first: &RpmbFrame,
+        reliable: bool,
+        medium: &mut dyn RpmbMedium,
+    ) -> bool {
+        let count = frames.len() / FRAME_LEN;
+        let mut response = RpmbFrame::with_type(AUTHENTICATED_DATA_WRITE_RESPONSE);
+        response.address = first.address;
+        let mut changed = false;
+        let result = match self.persistent.key {
+            None => {
+                log::warn!("RPMB: authenticated write refused: no key programmed");
+                AUTHENTICATION_KEY_NOT_YET_PROGRAMMED
+            }
+            Some(key) => {
+                let result = self.check_write(frames, first, reliable, &key);
+                if result == OPERATION_OK {
+                    if write_half_sectors(medium, first.address, count, frames) {
+                        self.persistent.write_counter += 1;
+                        changed = true;
+                        log::debug!(
+                            "RPMB: wrote {count} half sectors at {}, counter now {}",
+                            first.address,
+                            self.persistent.write_counter
+                        );
+                        OPERATION_OK
+                    } else {
+                        log::warn!(
+                            "RPMB: authenticated write at {} failed on the medium",
+                            first.address
+                        );
+                        WRITE_FAILURE
+                    }
+                } else {
+                    result
+                }
+            }
+        };
+        response.write_counter = self.persistent.write_counter;
+        response.result = self.status(result);
+        if let Some(key) = self.persistent.key {
+            response.key_mac = rpmb_mac(&key, &response.to_bytes());
+        }
+        self.result_register = Some(response);
+        changed
+    }
+
+    /// Everything an authenticated write must pass before data is written, in the order
+    /// the checks are made; the first failing check gives the result.
+    fn check_write(
+        &self,
+        frames: &[u8],
+        first: &RpmbFrame,
+        reliable: bool,
+        key: &[u8; KEY_LEN],
+    ) -> u16 {
+        let count = frames.len() / FRAME_LEN;
+        let same_type = frames.chunks_exact(FRAME_LEN).all(|f| {
+            RpmbFrame::parse_slice(f).is_some_and(|f| f.req_resp == AUTHENTICATED_DATA_WRITE)
+        });
+        let mac = frames
+            .len()
+            .checked_sub(FRAME_LEN)
+            .and_then(|last| RpmbFrame::parse_slice(&frames[last..]))
+            .map(|last| last.key_mac)
+            .unwrap_or([0; KEY_LEN]);
+        let end = u32::from(first.address) + u32::try_from(count).unwrap_or(u32::MAX);
+        if !reliable || count > MAX_WRITE_FRAMES || usize::from(first.block_count) != count {
+            log::warn!(
+                "RPMB: authenticated write refused: {count} frames, block count field {}, \
+                 reliable write {reliable} (needs 1 or 2 frames, matching count, CMD23 bit 31)",
+                first.block_count
+            );
+            GENERAL_FAILURE
+        } else if !same_type {
+            log::warn!("RPMB: authenticated write refused: frames of mixed request types");
+            GENERAL_FAILURE
+        } else if self.persistent.write_counter == WRITE_COUNTER_MAX {
+            log::warn!("RPMB: authenticated write refused: write counter expired");
+            WRITE_FAILURE
+        } else if end > self.half_sectors {
+            log::warn!(
+                "RPMB: authenticated write refused: half sectors {}..{end} outside the {} \
+                 of the partition",
+                first.address,
+                self.half_sectors
+            );
+            ADDRESS_FAILURE
+        } else if !rpmb_mac_matches(key, frames, &mac) {
+            log::warn!("RPMB: authenticated write refused: MAC mismatch");
+            AUTHENTICATION_FAILURE
+        } else if first.write_counter != self.persistent.write_counter {
+            log::warn!(
+                "RPMB: authenticated write refused: counter {} but the device is at {}",
+                first.write_counter,
+                self.persistent.write_counter
+            );
+            COUNTER_FAILURE
+        } else {
+            OPERATION_OK
+        }
+    }
+
+    fn counter_response(&self, nonce: [u8; NONCE_LEN]) -> RpmbFrame {
+        let mut response = RpmbFrame::with_type(READ_WRITE_COUNTER_RESPONSE);
+        response.nonce = nonce;
+        match self.persistent.key {
+            None => {
+                log::warn!("RPMB: counter read refused: no key programmed");
+                response.result = self.status(AUTHENTICATION_KEY_NOT_YET_PROGRAMMED);
+            }
+            Some(key) => {
+                response.write_counter = self.persistent.write_counter;
+                response.result = self.status(OPERATION_OK);
+                response.key_mac = rpmb_mac(&key, &response.to_bytes());
+            }
+        }
+        response
+    }
+
+    fn data_read(
+        &self,
+        count: usize,
+        nonce: [u8; NONCE_LEN],
+        address: u16,
+        block_count: u16,
+        medium: &mut dyn RpmbMedium,
+    ) -> Vec<RpmbFrame> {
+        let mut data = vec![0u8; count * HALF_SECTOR];
+        let end = u32::from(address) + u32::try_from(count).unwrap_or(u32::MAX);
+        let result = if self.persistent.key.is_none() {
+            log::warn!("RPMB: authenticated read refused: no key programmed");
+            AUTHENTICATION_KEY_NOT_YET_PROGRAMMED
+        } else if block_count != 0 && usize::from(block_count) != count {
+            log::warn!(
+                "RPMB: authenticated read refused: request asked for {block_count} frames, \
+                 CMD18 reads {count}"
+            );
+            GENERAL_FAILURE
+        } else if end > self.half_sectors {
+            log::warn!(
+                "RPMB: authenticated read refused: half sectors {address}..{end} outside the \
+                 {} of the partition",
+                self.half_sectors
+            );
+            ADDRESS_FAILURE
+        } else if !medium.read(address, &mut data) {
+            log::warn!("RPMB: authenticated read at {address} failed on the medium");
+            data.fill(0);
+            READ_FAILURE
+        } else {
+            OPERATION_OK
+        };
+        let mut frames: Vec<RpmbFrame> = data
+            .chunks_exact(HALF_SECTOR)
+            .map(|chunk| {
+                let mut frame = RpmbFrame::with_type(AUTHENTICATED_DATA_READ_RESPONSE);
+                frame.data.copy_from_slice(chunk);
+                frame.nonce = nonce;
+                frame.address = address;
+                frame.block_count = u16::try_from(count).unwrap_or(u16::MAX);
+                frame.result = self.status(result);
+                frame
+            })
+            .collect();
+        if let Some(key) = self.persistent.key {
+            sign_frames(&key, &mut frames);
+        }
+        frames
+    }
+}
+
+/// The first frame of a transfer, or the bus error for a length that is not whole frames.
+fn whole_frames(bytes: &[u8]) -> Result<RpmbFrame, RpmbBusError> {
+    let first = RpmbFrame::parse_slice(bytes);
+    match first {
+        Some(first) if bytes.len() % FRAME_LEN == 0 => Ok(first),
+        _ => {
+            log::warn!(
+                "RPMB: transfer of {} bytes refused: not a whole number of frames",
+                bytes.len()
+            );
+            Err(RpmbBusError::NotWholeFrames(bytes.len()))
+        }
+    }
+}
+
+/// Write the data of `count` frames to consecutive half sectors from `address`, all or
+/// nothing: the old contents are read first and put back if the write fails.
+fn write_half_sectors(
+    medium: &mut dyn RpmbMedium,
+    address: u16,
+    count: usize,
+    frames: &[u8],
+) -> bool {
+    let mut old = vec![0u8; count * HALF_SECTOR];
+    if !medium.read(address, &mut old) {
+        return false;
+    }
+    let new: Vec<u8> = frames
+        .chunks_exact(FRAME_LEN)
+        .flat_map(|f| f[DATA_OFFSET..NONCE_OFFSET].iter().copied())
+        .collect();
+    if medium.write(address, &new) {
+        return true;
+    }
+    if !medium.write(address, &old) {
+        log::error!(
+            "RPMB: could not restore half sectors {address}..+{count} after a failed write; \
+             their contents may be torn"
+        );
+    }
+    false
 }
 
 #[cfg(test)]
@@ -495,6 +869,599 @@ mod tests {
             &format!("key = \"{}\"", "é".repeat(32)),
         ] {
             assert!(toml::from_str::<RpmbPersistent>(bad).is_err(), "{bad}");
+        }
+    }
+
+    // ---- the protocol engine ----
+
+    const KEY: [u8; 32] = [0x42; 32];
+    /// 128 KiB: 512 half sectors.
+    const SIZE: u64 = 128 * 1024;
+
+    /// An RPMB partition over a Vec, with injectable failures.
+    struct VecMedium {
+        data: Vec<u8>,
+        fail_reads: bool,
+        /// Fail this many writes from now on ...
+        fail_writes: usize,
+        /// ... after writing their first half sector (a torn write).
+        tear: bool,
+    }
+
+    impl VecMedium {
+        fn new() -> VecMedium {
+            VecMedium {
+                data: (0..SIZE).map(|i| (i % 251) as u8).collect(),
+                fail_reads: false,
+                fail_writes: 0,
+                tear: false,
+            }
+        }
+        fn half(&self, address: usize) -> &[u8] {
+            &self.data[address * 256..(address + 1) * 256]
+        }
+    }
+
+    impl RpmbMedium for VecMedium {
+        fn read(&mut self, address: u16, buf: &mut [u8]) -> bool {
+            let start = usize::from(address) * 256;
+            match self.data.get(start..start + buf.len()) {
+                Some(src) if !self.fail_reads => {
+                    buf.copy_from_slice(src);
+                    true
+                }
+                _ => false,
+            }
+        }
+        fn write(&mut self, address: u16, data: &[u8]) -> bool {
+            let start = usize::from(address) * 256;
+            let Some(dst) = self.data.get_mut(start..start + data.len()) else {
+                return false;
+            };
+            if self.fail_writes > 0 {
+                self.fail_writes -= 1;
+                if self.tear {
+                    dst[..256].copy_from_slice(&data[..256]);
+                }
+                return false;
+            }
+            dst.copy_from_slice(data);
+            true
+        }
+    }
+
+    fn fresh() -> (Rpmb, VecMedium) {
+        (Rpmb::new(SIZE, RpmbPersistent::default()), VecMedium::new())
+    }
+
+    fn keyed(counter: u32) -> (Rpmb, VecMedium) {
+        let persistent = RpmbPersistent {
+            key: Some(KEY),
+            write_counter: counter,
+        };
+        (Rpmb::new(SIZE, persistent), VecMedium::new())
+    }
+
+    fn send(rpmb: &mut Rpmb, m: &mut VecMedium, frames: &[RpmbFrame], reliable: bool) -> bool {
+        rpmb.write_frames(&frames_to_bytes(frames), reliable, m)
+            .unwrap()
+    }
+
+    fn receive(rpmb: &mut Rpmb, m: &mut VecMedium, n: usize) -> Vec<RpmbFrame> {
+        let mut out = vec![0xEEu8; n * 512];
+        rpmb.read_frames(&mut out, m).unwrap();
+        out.chunks(512)
+            .map(|c| RpmbFrame::parse_slice(c).unwrap())
+            .collect()
+    }
+
+    fn result_read(rpmb: &mut Rpmb, m: &mut VecMedium) -> RpmbFrame {
+        assert!(!send(rpmb, m, &[RpmbFrame::with_type(RESULT_READ)], false));
+        receive(rpmb, m, 1).remove(0)
+    }
+
+    fn program_key(rpmb: &mut Rpmb, m: &mut VecMedium, key: [u8; 32]) -> (bool, RpmbFrame) {
+        let mut f = RpmbFrame::with_type(AUTHENTICATION_KEY_PROGRAMMING);
+        f.key_mac = key;
+        let changed = send(rpmb, m, &[f], true);
+        (changed, result_read(rpmb, m))
+    }
+
+    fn write_request(address: u16, counter: u32, data: &[[u8; 256]]) -> Vec<RpmbFrame> {
+        let mut frames: Vec<RpmbFrame> = data
+            .iter()
+            .map(|d| {
+                let mut f = RpmbFrame::with_type(AUTHENTICATED_DATA_WRITE);
+                f.data = *d;
+                f.address = address;
+                f.write_counter = counter;
+                f.block_count = data.len() as u16;
+                f
+            })
+            .collect();
+        sign_frames(&KEY, &mut frames);
+        frames
+    }
+
+    /// Send an authenticated write and fetch its result; returns (persist?, response).
+    fn write(rpmb: &mut Rpmb, m: &mut VecMedium, frames: &[RpmbFrame]) -> (bool, RpmbFrame) {
+        let changed = send(rpmb, m, frames, true);
+        (changed, result_read(rpmb, m))
+    }
+
+    fn read_request(address: u16, nonce: [u8; 16], block_count: u16) -> RpmbFrame {
+        let mut f = RpmbFrame::with_type(AUTHENTICATED_DATA_READ);
+        f.address = address;
+        f.nonce = nonce;
+        f.block_count = block_count;
+        f
+    }
+
+    fn assert_mac_verifies(frames: &[RpmbFrame]) {
+        let bytes = frames_to_bytes(frames);
+        assert_eq!(
+            frames.last().unwrap().key_mac,
+            reference_mac(&KEY, &bytes),
+            "MAC does not verify"
+        );
+    }
+
+    #[test]
+    fn key_programming_succeeds_once_and_a_second_attempt_fails() {
+        let (mut rpmb, mut m) = fresh();
+        let (changed, r) = program_key(&mut rpmb, &mut m, KEY);
+        assert!(changed);
+        assert_eq!(r.req_resp, AUTHENTICATION_KEY_PROGRAMMING_RESPONSE);
+        assert_eq!(r.result, OPERATION_OK);
+        assert_eq!(rpmb.persistent().key, Some(KEY));
+
+        let (changed, r) = program_key(&mut rpmb, &mut m, [7; 32]);
+        assert!(!changed);
+        assert_eq!(r.req_resp, AUTHENTICATION_KEY_PROGRAMMING_RESPONSE);
+        assert_eq!(r.result, GENERAL_FAILURE);
+        assert_eq!(rpmb.persistent().key, Some(KEY));
+    }
+
+    #[test]
+    fn key_programming_needs_one_frame_with_reliable_write() {
+        let (mut rpmb, mut m) = fresh();
+        let mut f = RpmbFrame::with_type(AUTHENTICATION_KEY_PROGRAMMING);
+        f.key_mac = KEY;
+        assert!(!send(&mut rpmb, &mut m, &[f.clone()], false));
+        assert_eq!(result_read(&mut rpmb, &mut m).result, GENERAL_FAILURE);
+        assert!(!send(&mut rpmb, &mut m, &[f.clone(), f.clone()], true));
+        assert_eq!(result_read(&mut rpmb, &mut m).result, GENERAL_FAILURE);
+        assert_eq!(rpmb.persistent().key, None);
+    }
+
+    #[test]
+    fn counter_read_before_key_reports_key_not_programmed() {
+        let (mut rpmb, mut m) = fresh();
+        let mut req = RpmbFrame::with_type(READ_WRITE_COUNTER);
+        req.nonce = [9; 16];
+        assert!(!send(&mut rpmb, &mut m, &[req], false));
+        let r = receive(&mut rpmb, &mut m, 1).remove(0);
+        assert_eq!(r.req_resp, READ_WRITE_COUNTER_RESPONSE);
+        assert_eq!(r.result, AUTHENTICATION_KEY_NOT_YET_PROGRAMMED);
+    }
+
+    #[test]
+    fn counter_read_after_key_echoes_nonce_with_a_verifying_mac() {
+        let (mut rpmb, mut m) = fresh();
+        program_key(&mut rpmb, &mut m, KEY);
+        let nonce: [u8; 16] = core::array::from_fn(|i| i as u8 + 1);
+        let mut req = RpmbFrame::with_type(READ_WRITE_COUNTER);
+        req.nonce = nonce;
+        send(&mut rpmb, &mut m, &[req], false);
+        let r = receive(&mut rpmb, &mut m, 1).remove(0);
+        assert_eq!(r.req_resp, READ_WRITE_COUNTER_RESPONSE);
+        assert_eq!(r.result, OPERATION_OK);
+        assert_eq!(r.write_counter, 0);
+        assert_eq!(r.nonce, nonce);
+        assert_mac_verifies(&[r]);
+    }
+
+    #[test]
+    fn authenticated_write_of_one_frame_lands_and_increments_the_counter() {
+        let (mut rpmb, mut m) = keyed(0);
+        let (changed, r) = write(&mut rpmb, &mut m, &write_request(3, 0, &[[0xA5; 256]]));
+        assert!(changed, "a successful write must be persisted");
+        assert_eq!(r.req_resp, AUTHENTICATED_DATA_WRITE_RESPONSE);
+        assert_eq!(r.result, OPERATION_OK);
+        assert_eq!(r.write_counter, 1);
+        assert_eq!(r.address, 3);
+        assert_mac_verifies(&[r]);
+        assert_eq!(m.half(3), &[0xA5; 256][..]);
+        assert_eq!(m.half(4), VecMedium::new().half(4));
+        assert_eq!(rpmb.persistent().write_counter, 1);
+    }
+
+    #[test]
+    fn authenticated_write_of_two_frames_lands_and_increments_the_counter_once() {
+        let (mut rpmb, mut m) = keyed(41);
+        let frames = write_request(10, 41, &[[1; 256], [2; 256]]);
+        let (changed, r) = write(&mut rpmb, &mut m, &frames);
+        assert!(changed);
+        assert_eq!(
+            (r.result, r.write_counter, r.address),
+            (OPERATION_OK, 42, 10)
+        );
+        assert_mac_verifies(&[r]);
+        assert_eq!(m.half(10), &[1; 256][..]);
+        assert_eq!(m.half(11), &[2; 256][..]);
+        assert_eq!(rpmb.persistent().write_counter, 42);
+    }
+
+    #[test]
+    fn bad_mac_is_authentication_failure_and_writes_nothing() {
+        let (mut rpmb, mut m) = keyed(0);
+        let before = m.data.clone();
+        let mut frames = write_request(0, 0, &[[1; 256], [2; 256]]);
+        frames[0].data[17] ^= 1;
+        let (changed, r) = write(&mut rpmb, &mut m, &frames);
+        assert!(!changed);
+        assert_eq!(r.result, AUTHENTICATION_FAILURE);
+        assert_eq!(r.write_counter, 0);
+        assert_mac_verifies(&[r]);
+        assert_eq!(m.data, before);
+        assert_eq!(rpmb.persistent().write_counter, 0);
+    }
+
+    #[test]
+    fn wrong_counter_is_counter_failure() {
+        let (mut rpmb, mut m) = keyed(5);
+        let before = m.data.clone();
+        for stale in [4, 6, 0] {
+            let (changed, r) = write(&mut rpmb, &mut m, &write_request(0, stale, &[[1; 256]]));
+            assert!(!changed);
+            assert_eq!(r.result, COUNTER_FAILURE, "counter {stale}");
+            assert_eq!(r.write_counter, 5);
+        }
+        assert_eq!(m.data, before);
+    }
+
+    #[test]
+    fn out_of_range_address_or_count_is_address_failure() {
+        let (mut rpmb, mut m) = keyed(0);
+        let before = m.data.clone();
+        for (address, frames) in [(511u16, 2usize), (512, 1), (0xFFFF, 1), (0xFFFF, 2)] {
+            let data = vec![[3u8; 256]; frames];
+            let (changed, r) = write(&mut rpmb, &mut m, &write_request(address, 0, &data));
+            assert!(!changed);
+            assert_eq!(r.result, ADDRESS_FAILURE, "{frames} at {address}");
+            assert_eq!(r.address, address);
+        }
+        assert_eq!(m.data, before);
+        // The last half sector itself is in range.
+        let (_, r) = write(&mut rpmb, &mut m, &write_request(511, 0, &[[3; 256]]));
+        assert_eq!(r.result, OPERATION_OK);
+        assert_eq!(m.half(511), &[3; 256][..]);
+    }
+
+    #[test]
+    fn more_than_two_frames_mismatched_count_or_no_reliable_write_is_general_failure() {
+        let (mut rpmb, mut m) = keyed(0);
+        let before = m.data.clone();
+        let three = write_request(0, 0, &[[1; 256]; 3]);
+        assert_eq!(write(&mut rpmb, &mut m, &three).1.result, GENERAL_FAILURE);
+        let mut miscounted = write_request(0, 0, &[[1; 256]; 2]);
+        for f in &mut miscounted {
+            f.block_count = 1;
+        }
+        sign_frames(&KEY, &mut miscounted);
+        assert_eq!(
+            write(&mut rpmb, &mut m, &miscounted).1.result,
+            GENERAL_FAILURE
+        );
+        // The first frame's type decides the request; the others must agree with it.
+        let mut mixed = write_request(0, 0, &[[1; 256]; 2]);
+        mixed[1].req_resp = AUTHENTICATED_DATA_READ;
+        sign_frames(&KEY, &mut mixed);
+        assert_eq!(write(&mut rpmb, &mut m, &mixed).1.result, GENERAL_FAILURE);
+        let one = write_request(0, 0, &[[1; 256]]);
+        assert!(!send(&mut rpmb, &mut m, &one, false));
+        assert_eq!(result_read(&mut rpmb, &mut m).result, GENERAL_FAILURE);
+        assert_eq!(m.data, before);
+        assert_eq!(rpmb.persistent().write_counter, 0);
+    }
+
+    #[test]
+    fn write_without_key_is_key_not_programmed() {
+        let (mut rpmb, mut m) = fresh();
+        let before = m.data.clone();
+        let (changed, r) = write(&mut rpmb, &mut m, &write_request(0, 0, &[[1; 256]]));
+        assert!(!changed);
+        assert_eq!(r.req_resp, AUTHENTICATED_DATA_WRITE_RESPONSE);
+        assert_eq!(r.result, AUTHENTICATION_KEY_NOT_YET_PROGRAMMED);
+        assert_eq!(r.key_mac, [0; 32]);
+        assert_eq!(m.data, before);
+    }
+
+    #[test]
+    fn medium_write_failure_is_write_failure_and_leaves_old_data() {
+        let (mut rpmb, mut m) = keyed(0);
+        let before = m.data.clone();
+        m.fail_writes = 1;
+        m.tear = true;
+        let (changed, r) = write(&mut rpmb, &mut m, &write_request(8, 0, &[[1; 256]; 2]));
+        assert!(!changed);
+        assert_eq!(r.result, WRITE_FAILURE);
+        assert_eq!(r.write_counter, 0);
+        assert_mac_verifies(&[r]);
+        assert_eq!(m.data, before, "the torn half sector must be restored");
+        assert_eq!(rpmb.persistent().write_counter, 0);
+        // A medium that cannot even be read before the write also fails the write.
+        m.fail_reads = true;
+        let (_, r) = write(&mut rpmb, &mut m, &write_request(8, 0, &[[1; 256]]));
+        assert_eq!(r.result, WRITE_FAILURE);
+        assert_eq!(m.data, before);
+    }
+
+    #[test]
+    fn medium_read_failure_in_authenticated_read_is_read_failure() {
+        let (mut rpmb, mut m) = keyed(0);
+        m.fail_reads = true;
+        send(&mut rpmb, &mut m, &[read_request(0, [1; 16], 0)], false);
+        let frames = receive(&mut rpmb, &mut m, 2);
+        for f in &frames {
+            assert_eq!(f.req_resp, AUTHENTICATED_DATA_READ_RESPONSE);
+            assert_eq!(f.result, READ_FAILURE);
+            assert_eq!(f.data, [0; 256]);
+        }
+        assert_mac_verifies(&frames);
+    }
+
+    #[test]
+    fn authenticated_read_returns_written_data_with_nonce_address_count_and_mac() {
+        let (mut rpmb, mut m) = keyed(0);
+        let data: Vec<[u8; 256]> = (0..2u8)
+            .map(|i| core::array::from_fn(|j| (j as u8).wrapping_mul(3) ^ i))
+            .collect();
+        assert!(write(&mut rpmb, &mut m, &write_request(4, 0, &data)).0);
+        let nonce: [u8; 16] = core::array::from_fn(|i| 0xC0 | i as u8);
+        // Block count field 0 (mmc-utils) and equal to the CMD18 count (OP-TEE) both work.
+        for field in [0, 2] {
+            assert!(!send(
+                &mut rpmb,
+                &mut m,
+                &[read_request(4, nonce, field)],
+                false
+            ));
+            let frames = receive(&mut rpmb, &mut m, 2);
+            for (f, d) in frames.iter().zip(&data) {
+                assert_eq!(f.req_resp, AUTHENTICATED_DATA_READ_RESPONSE);
+                assert_eq!(f.result, OPERATION_OK);
+                assert_eq!(&f.data, d);
+                assert_eq!(f.nonce, nonce);
+                assert_eq!(f.address, 4);
+                assert_eq!(f.block_count, 2);
+            }
+            assert_eq!(
+                frames[0].key_mac, [0; 32],
+                "only the last frame has the MAC"
+            );
+            assert_mac_verifies(&frames);
+        }
+        // A single frame read.
+        send(&mut rpmb, &mut m, &[read_request(5, nonce, 0)], false);
+        let frames = receive(&mut rpmb, &mut m, 1);
+        assert_eq!(frames[0].data, data[1]);
+        assert_mac_verifies(&frames);
+    }
+
+    #[test]
+    fn authenticated_read_failures_carry_their_result_codes() {
+        let (mut rpmb, mut m) = fresh();
+        send(&mut rpmb, &mut m, &[read_request(0, [1; 16], 0)], false);
+        let frames = receive(&mut rpmb, &mut m, 1);
+        assert_eq!(frames[0].result, AUTHENTICATION_KEY_NOT_YET_PROGRAMMED);
+
+        let (mut rpmb, mut m) = keyed(0);
+        send(&mut rpmb, &mut m, &[read_request(511, [1; 16], 0)], false);
+        let frames = receive(&mut rpmb, &mut m, 2);
+        assert!(frames.iter().all(|f| f.result == ADDRESS_FAILURE));
+        assert!(frames.iter().all(|f| f.data == [0; 256]));
+        assert_mac_verifies(&frames);
+
+        // The request asked for 3 frames but CMD18 reads 2.
+        send(&mut rpmb, &mut m, &[read_request(0, [1; 16], 3)], false);
+        let frames = receive(&mut rpmb, &mut m, 2);
+        assert!(frames.iter().all(|f| f.result == GENERAL_FAILURE));
+        assert!(frames.iter().all(|f| f.data == [0; 256]));
+    }
+
+    #[test]
+    fn expired_counter_refuses_writes_with_the_expired_flag() {
+        let (mut rpmb, mut m) = keyed(WRITE_COUNTER_MAX);
+        let before = m.data.clone();
+        let frames = write_request(0, WRITE_COUNTER_MAX, &[[1; 256]]);
+        let (changed, r) = write(&mut rpmb, &mut m, &frames);
+        assert!(!changed);
+        assert_eq!(r.result, WRITE_FAILURE | WRITE_COUNTER_EXPIRED);
+        assert_eq!(r.write_counter, WRITE_COUNTER_MAX);
+        assert_mac_verifies(&[r]);
+        assert_eq!(m.data, before);
+        // Reads still work and say the counter has expired.
+        send(
+            &mut rpmb,
+            &mut m,
+            &[RpmbFrame::with_type(READ_WRITE_COUNTER)],
+            false,
+        );
+        let r = receive(&mut rpmb, &mut m, 1).remove(0);
+        assert_eq!(r.result, OPERATION_OK | WRITE_COUNTER_EXPIRED);
+        assert_eq!(r.write_counter, WRITE_COUNTER_MAX);
+        // The write that reaches the last value succeeds and reports expiry.
+        let (mut rpmb, mut m) = keyed(WRITE_COUNTER_MAX - 1);
+        let frames = write_request(0, WRITE_COUNTER_MAX - 1, &[[1; 256]]);
+        let (changed, r) = write(&mut rpmb, &mut m, &frames);
+        assert!(changed);
+        assert_eq!(r.result, OPERATION_OK | WRITE_COUNTER_EXPIRED);
+    }
+
+    #[test]
+    fn reset_volatile_forgets_a_pending_read_request_and_the_last_result() {
+        let (mut rpmb, mut m) = keyed(0);
+        send(&mut rpmb, &mut m, &[read_request(0, [1; 16], 0)], false);
+        rpmb.reset_volatile();
+        let r = receive(&mut rpmb, &mut m, 1).remove(0);
+        assert_eq!(r.req_resp, 0);
+        assert_eq!(r.result, GENERAL_FAILURE);
+        assert_eq!(r.data, [0; 256]);
+
+        assert!(send(
+            &mut rpmb,
+            &mut m,
+            &write_request(0, 0, &[[1; 256]]),
+            true
+        ));
+        rpmb.reset_volatile();
+        let r = result_read(&mut rpmb, &mut m);
+        assert_eq!((r.req_resp, r.result), (0, GENERAL_FAILURE));
+        // Persistent state survives.
+        assert_eq!(rpmb.persistent().write_counter, 1);
+    }
+
+    #[test]
+    fn read_with_no_pending_request_is_general_failure_and_responses_are_read_once() {
+        let (mut rpmb, mut m) = keyed(0);
+        let r = receive(&mut rpmb, &mut m, 3);
+        assert!(r
+            .iter()
+            .all(|f| f.req_resp == 0 && f.result == GENERAL_FAILURE));
+        send(
+            &mut rpmb,
+            &mut m,
+            &[RpmbFrame::with_type(READ_WRITE_COUNTER)],
+            false,
+        );
+        assert_eq!(receive(&mut rpmb, &mut m, 1)[0].result, OPERATION_OK);
+        assert_eq!(receive(&mut rpmb, &mut m, 1)[0].result, GENERAL_FAILURE);
+        // A write response is only available through a result read request.
+        send(&mut rpmb, &mut m, &write_request(0, 0, &[[1; 256]]), true);
+        assert_eq!(receive(&mut rpmb, &mut m, 1)[0].result, GENERAL_FAILURE);
+        assert_eq!(result_read(&mut rpmb, &mut m).result, OPERATION_OK);
+        // ... as often as asked.
+        assert_eq!(result_read(&mut rpmb, &mut m).write_counter, 1);
+    }
+
+    #[test]
+    fn unknown_request_type_is_general_failure_in_the_result_register() {
+        let (mut rpmb, mut m) = keyed(0);
+        for (req, resp) in [(0x0006u16, 0x0600u16), (0x0000, 0x0000), (0xABCD, 0x0000)] {
+            assert!(!send(&mut rpmb, &mut m, &[RpmbFrame::with_type(req)], true));
+            let r = result_read(&mut rpmb, &mut m);
+            assert_eq!(
+                (r.req_resp, r.result),
+                (resp, GENERAL_FAILURE),
+                "{req:#06x}"
+            );
+        }
+    }
+
+    #[test]
+    fn single_frame_requests_and_responses_in_several_frames_are_general_failure() {
+        let (mut rpmb, mut m) = keyed(0);
+        let mut req = RpmbFrame::with_type(READ_WRITE_COUNTER);
+        req.nonce = [5; 16];
+        // Counter response read as 2 frames.
+        send(&mut rpmb, &mut m, &[req.clone()], false);
+        let r = receive(&mut rpmb, &mut m, 2);
+        assert!(r.iter().all(|f| f.result == GENERAL_FAILURE
+            && f.req_resp == READ_WRITE_COUNTER_RESPONSE
+            && f.write_counter == 0));
+        // Counter request written as 2 frames.
+        send(&mut rpmb, &mut m, &[req.clone(), req], false);
+        let r = receive(&mut rpmb, &mut m, 1).remove(0);
+        assert_eq!(
+            (r.req_resp, r.result),
+            (READ_WRITE_COUNTER_RESPONSE, GENERAL_FAILURE)
+        );
+        assert_eq!(r.nonce, [5; 16]);
+        // Data read request written as 2 frames.
+        let rr = read_request(0, [1; 16], 0);
+        send(&mut rpmb, &mut m, &[rr.clone(), rr], false);
+        let r = receive(&mut rpmb, &mut m, 2);
+        assert!(r
+            .iter()
+            .all(|f| f.result == GENERAL_FAILURE && f.data == [0; 256]));
+    }
+
+    #[test]
+    fn lengths_that_are_not_whole_frames_are_bus_errors() {
+        let (mut rpmb, mut m) = keyed(0);
+        send(
+            &mut rpmb,
+            &mut m,
+            &[RpmbFrame::with_type(READ_WRITE_COUNTER)],
+            false,
+        );
+        for len in [0usize, 1, 511, 513, 1023] {
+            let frames = vec![0u8; len];
+            assert_eq!(
+                rpmb.write_frames(&frames, true, &mut m),
+                Err(RpmbBusError::NotWholeFrames(len))
+            );
+            let mut out = vec![0u8; len];
+            assert_eq!(
+                rpmb.read_frames(&mut out, &mut m),
+                Err(RpmbBusError::NotWholeFrames(len))
+            );
+        }
+        // Refused transfers leave the pending request alone.
+        assert_eq!(
+            receive(&mut rpmb, &mut m, 1)[0].req_resp,
+            READ_WRITE_COUNTER_RESPONSE
+        );
+    }
+
+    #[test]
+    fn partition_size_sets_the_address_range() {
+        assert_eq!(
+            Rpmb::new(128 * 1024, RpmbPersistent::default()).half_sectors(),
+            512
+        );
+        assert_eq!(Rpmb::new(0, RpmbPersistent::default()).half_sectors(), 0);
+        assert_eq!(
+            Rpmb::new(1 << 40, RpmbPersistent::default()).half_sectors(),
+            65536
+        );
+    }
+
+    proptest::proptest! {
+        /// Hostile input: any frames, any flags, any read sizes — results, never panics.
+        #[test]
+        fn garbage_frames_never_panic(
+            ops in proptest::collection::vec(
+                (
+                    proptest::collection::vec(proptest::num::u8::ANY, 1..1600),
+                    0u16..8,
+                    proptest::bool::ANY,
+                    1usize..4,
+                    proptest::bool::ANY,
+                ),
+                1..12,
+            ),
+            keyed_start in proptest::bool::ANY,
+        ) {
+            let (mut rpmb, mut m) = if keyed_start { keyed(u32::MAX - 1) } else { fresh() };
+            for (bytes, req, reliable, read_n, fail) in ops {
+                let mut bytes = bytes;
+                let whole = bytes.len() / 512 * 512;
+                if whole > 0 && bytes.len() % 3 != 0 {
+                    // Mostly whole frames, every one with a plausible request type.
+                    bytes.truncate(whole);
+                    for frame in bytes.chunks_exact_mut(512) {
+                        frame[REQ_RESP_OFFSET..].copy_from_slice(&req.to_be_bytes());
+                    }
+                }
+                m.fail_reads = fail;
+                m.fail_writes = usize::from(fail);
+                let w = rpmb.write_frames(&bytes, reliable, &mut m);
+                proptest::prop_assert_eq!(w.is_err(), bytes.is_empty() || bytes.len() % 512 != 0);
+                let mut out = vec![0u8; read_n * 512];
+                proptest::prop_assert!(rpmb.read_frames(&mut out, &mut m).is_ok());
+            }
         }
     }
 }
