@@ -1,4 +1,73 @@
-//! Replay Protected Memory Block. (Being written: see the RPMB helper.)
+//! Replay Protected Memory Block (RPMB) protocol engine of an eMMC 4.5 card.
+//!
+//! The card moves frames; this module answers them. After the host selects the RPMB
+//! partition, each CMD23(N) + CMD25 hands [`Rpmb::write_frames`] N 512-byte request
+//! frames, and each CMD23(N) + CMD18 asks [`Rpmb::read_frames`] for N response frames.
+//! [`RpmbFrame`], the code constants, [`rpmb_mac`] and [`sign_frames`] form a public
+//! codec for anyone who builds or checks frames (tests, the card, a guest driver).
+//!
+//! # Requests
+//!
+//! | Request | Frames (CMD23 count) | Answer |
+//! |---|---|---|
+//! | key programming `0x0001` | 1, reliable write | result register (`0x0100`, result; no MAC) |
+//! | read write counter `0x0002` | 1 | next CMD18(1): `0x0200`, nonce, counter, result, MAC |
+//! | authenticated data write `0x0003` | 1 or 2, reliable write | result register (`0x0300`, counter, address, result, MAC) |
+//! | authenticated data read `0x0004` | 1 | next CMD18(N): N × `0x0400` with data, nonce, address, block count N, result; MAC in the last over all N |
+//! | result read `0x0005` | 1 | next CMD18(1): the result register |
+//!
+//! Authenticated writes are checked in this order, the first failure giving the result,
+//! and write nothing unless all pass: key programmed (else `0x07`); reliable write, 1 or
+//! 2 frames, block count field equal to the frame count, every frame of type `0x0003`
+//! (else `0x01`); counter not expired (else `0x05`); address + count within the partition
+//! (else `0x04`); MAC over all frames, from the last (else `0x02`); counter field equal to
+//! the device counter (else `0x03`); the medium write (else `0x05`). Success writes the
+//! data and increments the counter by one, whatever the frame count. Address, count and
+//! counter are taken from the first frame (hosts such as OP-TEE fill them in every frame).
+//! When the counter is `0xFFFF_FFFF` every response carries the expired flag `0x80`.
+//!
+//! # Decisions on points the fact sheet leaves open (§11.4, §11.5, §15)
+//!
+//! * **Second key programming** → general failure `0x01`, key unchanged. JESD84-B51
+//!   §6.6.22.4.1 (as quoted in public Q&A threads) gives write failure only when
+//!   programming itself fails and general failure for "some other error"; real cards
+//!   reported in NXP community threads answer `0x0001` to a repeated `mmc rpmb write-key`,
+//!   and OP-TEE's RPMB emulator does the same. QEMU's model answers write failure; it is
+//!   the outlier.
+//! * **Key programming without CMD23 bit 31 or with a count other than 1** → general
+//!   failure (JESD84-B51 §6.6.22.4.1). mmc-utils, u-boot and OP-TEE all set bit 31 for key
+//!   programming and data writes and not for the other requests, so the flag is required
+//!   for those two and ignored for the rest.
+//! * **More than 2 frames in one authenticated write** → general failure. Without
+//!   EN_RPMB_REL_WR (an eMMC 5.1 bit, WR_REL_PARAM bit 4) the transfer is 256 B or 512 B
+//!   (mmc-utils' WR_REL_PARAM decoding; Linux sizes RPMB writes from the same bit).
+//! * **Authenticated read block count**: mmc-utils leaves the request's field 0 and lets
+//!   CMD23 give the count, OP-TEE fills it in; QEMU accepts both. So do we: a field of 0
+//!   or equal to N is accepted, any other value answers N general-failure frames.
+//! * **CMD18 with no pending request** (nothing requested since reset, the response
+//!   already read, or a write-type request not followed by a result read request) → N
+//!   frames of type `0x0000` with general failure. Responses are read once; the result
+//!   register itself stays readable through further result read requests until the next
+//!   write-type request or [`Rpmb::reset_volatile`].
+//! * **CMD18 count that does not fit the request** (not 1 for counter/result reads; not
+//!   matching a non-zero block count of a data read) → every frame is a general failure
+//!   of the pending response type, and the request is consumed. A single-frame request
+//!   (types `0x0002`, `0x0004`, `0x0005`) sent in several frames is refused the same way.
+//! * **Unknown request types** (including the eMMC 5.1 device-configuration requests
+//!   `0x0006`/`0x0007`) → the result register becomes a general failure, of response type
+//!   `request << 8` for one-byte types and `0x0000` otherwise (QEMU also answers general
+//!   failure). Like any request, it cancels a pending read response.
+//! * **Medium failures**: a data write reads the old half sectors first, writes the new
+//!   ones, and on failure puts the old ones back, so the result is write failure `0x05`
+//!   with the counter unchanged and no torn data (reliable-write semantics). If the old
+//!   data cannot be read first, the write is not attempted (`0x05`); if restoring fails,
+//!   an error is logged. A data read whose medium read fails answers read failure `0x06`
+//!   in every frame, with zeroed data and a MAC.
+//! * **No key**: counter reads, data reads and data writes answer `0x07` with no MAC.
+//!
+//! Guest input is hostile: every byte pattern parses, lengths that are not a whole,
+//! non-zero number of frames are [`RpmbBusError::NotWholeFrames`] (state untouched),
+//! anything else becomes a result code in a frame, and every refusal logs a warning.
 
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
