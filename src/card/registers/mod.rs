@@ -6,6 +6,9 @@ mod cid;
 mod csd;
 mod ocr;
 
-pub use cid::build_cid;
-pub use csd::{build_csd, CSD_PERM_WRITE_PROTECT, CSD_TMP_WRITE_PROTECT, CSD_WRITABLE_MASK};
+pub use cid::{build_cid, decode_cid, CidFields};
+pub use csd::{
+    build_csd, decode_csd, CsdFields, CSD_COPY, CSD_ECC, CSD_FILE_FORMAT, CSD_FILE_FORMAT_GRP,
+    CSD_ONE_TIME_PROGRAMMABLE, CSD_PERM_WRITE_PROTECT, CSD_TMP_WRITE_PROTECT, CSD_WRITABLE_MASK,
+};
 pub use ocr::{ocr, OCR_ACCESS_MODE_SECTOR, OCR_POWER_UP_DONE, OCR_VOLTAGE_WINDOW};
