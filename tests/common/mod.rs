@@ -86,6 +86,7 @@ impl Host {
         if let Some(end) = self.card.busy_until() {
             self.now = self.now.max(end);
         }
+        self.card.advance(self.now);
     }
 
     /// R1b command, then wait for busy to end.
@@ -275,6 +276,22 @@ impl Host {
         self.r1b(38, arg);
         self.status()
     }
+}
+
+/// Compare data without printing kilobytes on failure: name the first differing byte.
+#[macro_export]
+macro_rules! assert_data_eq {
+    ($left:expr, $right:expr $(, $($msg:tt)+)?) => {{
+        let (l, r): (&[u8], &[u8]) = (&$left[..], &$right[..]);
+        if l != r {
+            let at = l.iter().zip(r).position(|(a, b)| a != b).unwrap_or(l.len().min(r.len()));
+            panic!(
+                "data differs{}: lengths {} / {}, first difference at byte {} (sector {}): {:?} vs {:?}",
+                { let _m = String::new(); $( let _m = format!(" ({})", format!($($msg)+)); )? _m },
+                l.len(), r.len(), at, at / 512, l.get(at), r.get(at)
+            );
+        }
+    }};
 }
 
 pub fn access_bits(p: Partition) -> u8 {
