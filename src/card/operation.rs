@@ -43,8 +43,11 @@ pub(super) enum OpKind {
     /// FLUSH_CACHE and other cache write-backs: the dirty sectors were written when the
     /// flush started, so nothing remains to do at its end.
     Flush,
-    /// Manual BKOPS working off outstanding background work.
-    Bkops,
+    /// Manual BKOPS working off outstanding background work, after `overhead_ns` of
+    /// CMD6 handling.
+    Bkops {
+        overhead_ns: Nanos,
+    },
     Sanitize,
     /// Any other busy period (CMD6, CMD5, CMD28/29, CMD7 dis→prg, RPMB programming).
     Busy,
@@ -65,7 +68,7 @@ impl OpKind {
     fn interruptible(&self) -> bool {
         matches!(
             self,
-            OpKind::Program(_) | OpKind::Erase(_) | OpKind::Bkops | OpKind::Sanitize
+            OpKind::Program(_) | OpKind::Erase(_) | OpKind::Bkops { .. } | OpKind::Sanitize
         )
     }
 }
@@ -102,9 +105,9 @@ impl Card {
                 self.commit_program(&p, total);
             }
             OpKind::Erase(e) => self.apply_erase(&e),
-            OpKind::Bkops => {
-                let elapsed = op.end - op.start;
-                self.work_off_background(op.start, elapsed);
+            OpKind::Bkops { overhead_ns } => {
+                let elapsed = (op.end - op.start).saturating_sub(overhead_ns);
+                self.work_off_background(op.start + overhead_ns, elapsed);
             }
             OpKind::Flush | OpKind::Sanitize | OpKind::Busy | OpKind::HpiExit => {}
         }
@@ -253,9 +256,9 @@ impl Card {
             OpKind::Erase(e) => {
                 log::debug!("HPI: erase of {} sectors abandoned", e.erase.count);
             }
-            OpKind::Bkops => {
-                let elapsed = now.saturating_sub(op.start);
-                self.work_off_background(op.start, elapsed);
+            OpKind::Bkops { overhead_ns } => {
+                let work_start = op.start + overhead_ns;
+                self.work_off_background(work_start, now.saturating_sub(work_start));
             }
             _ => {}
         }

@@ -72,10 +72,15 @@ impl Card {
                 if effect.persist {
                     self.save_persistent();
                 }
-                let cost = self.timing.switch(self.now, effect.kind) + effect.extra;
+                let switch = self.timing.switch(self.now, effect.kind);
+                let cost = switch + effect.extra;
                 self.bkops_outstanding_ns =
                     self.bkops_outstanding_ns.saturating_add(cost.background_ns);
-                self.begin_op(cost.busy_ns, effect.op);
+                let mut op = effect.op;
+                if let OpKind::Bkops { overhead_ns } = &mut op {
+                    *overhead_ns = switch.busy_ns;
+                }
+                self.begin_op(cost.busy_ns, op);
             }
             Err(why) => {
                 log::debug!("CMD6 {:#010x}: SWITCH_ERROR: {why}", e.arg);
@@ -281,7 +286,7 @@ impl Card {
                 }
                 // Busy until the outstanding background work is done (or HPI).
                 Ok(Effect {
-                    op: OpKind::Bkops,
+                    op: OpKind::Bkops { overhead_ns: 0 },
                     extra: Cost::busy(self.bkops_outstanding_ns),
                     ..Effect::generic()
                 })

@@ -130,6 +130,15 @@ impl Host {
     /// The Linux MMC core's bring-up: CMD0, CMD1 until ready (sector mode), CMD2, CMD3,
     /// CMD9, CMD7, CMD8, then 8-bit bus, HS timing, cache, BKOPS and HPI on.
     pub fn init(&mut self) {
+        self.init_with(true);
+    }
+
+    /// The bring-up without enabling BKOPS (BKOPS_EN is one-time programmable).
+    pub fn init_without_bkops(&mut self) {
+        self.init_with(false);
+    }
+
+    fn init_with(&mut self, bkops: bool) {
         assert_eq!(self.cmd(0, 0), None);
         let ocr_probe = self.cmd(1, 0);
         assert!(matches!(ocr_probe, Some(Response::R3(_))));
@@ -154,7 +163,7 @@ impl Host {
         self.switch_ok(ext::BUS_WIDTH, 2);
         self.switch_ok(ext::HS_TIMING, 1);
         let ext_csd = self.ext_csd();
-        if ext_csd[502] & 1 != 0 && ext_csd[ext::BKOPS_STATUS] == 0 {
+        if bkops && ext_csd[502] & 1 != 0 && ext_csd[ext::BKOPS_EN as usize] == 0 {
             // BKOPS_EN is one-time; Linux leaves it to user space, tests turn it on.
             self.switch_ok(ext::BKOPS_EN, 1);
         }
