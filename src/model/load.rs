@@ -1,4 +1,5 @@
-//! Finding and parsing device models. (Being written: see the model helper.)
+//! Finding and parsing device models: built-in models compiled into the binary, or a TOML
+//! file by path. Parsing rejects unknown keys (`deny_unknown_fields`); validation follows.
 
 use super::{DeviceModel, ModelError};
 
@@ -22,7 +23,16 @@ impl DeviceModel {
             name: origin.to_string(),
             source,
         })?;
-        model.validate()?;
+        // Name the origin (a file path, or the built-in name) as parse errors do, so the
+        // message says which file to fix.
+        model.validate().map_err(|e| match e {
+            ModelError::Invalid { field, problem, .. } => ModelError::Invalid {
+                name: origin.to_string(),
+                field,
+                problem,
+            },
+            other => other,
+        })?;
         Ok(model)
     }
 
@@ -42,5 +52,52 @@ impl DeviceModel {
             }
         })?;
         DeviceModel::from_toml_str(name_or_path, &text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_builtin_model_loads_and_validates() {
+        assert!(builtin_model_names().contains(&DEFAULT_MODEL));
+        for name in builtin_model_names() {
+            let model = DeviceModel::load(name).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(
+                model.name, name,
+                "a built-in model's name key must match its name"
+            );
+        }
+    }
+
+    /// Model files document every value: each `key = value` line except the name and the
+    /// description carries a comment giving the meaning and the source of the number.
+    #[test]
+    fn every_builtin_model_value_carries_a_comment() {
+        for (name, text) in BUILTIN_MODELS {
+            for (n, line) in text.lines().enumerate() {
+                let line = line.trim();
+                if line.starts_with('#') || line.starts_with('[') || !line.contains('=') {
+                    continue;
+                }
+                let key = line.split('=').next().unwrap().trim();
+                if key == "name" || key == "description" {
+                    continue;
+                }
+                assert!(
+                    line.contains('#'),
+                    "{name}.toml line {}: `{line}` has no comment with its source",
+                    n + 1
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_missing_model_names_the_built_in_ones() {
+        let err = DeviceModel::load("/nonexistent/model.toml").unwrap_err();
+        assert!(matches!(err, ModelError::NotFound(_)), "{err}");
+        assert!(err.to_string().contains(DEFAULT_MODEL), "{err}");
     }
 }

@@ -24,6 +24,15 @@ const BYTE_ADDRESSING_LIMIT_SECTORS: u32 = 4_194_304;
 
 const MS: u64 = 1_000_000;
 
+/// Nanoseconds as milliseconds for messages: "100 ms", "6.554 ms".
+fn ms(ns: u64) -> String {
+    if ns % MS == 0 {
+        format!("{} ms", ns / MS)
+    } else {
+        format!("{:.3} ms", ns as f64 / MS as f64)
+    }
+}
+
 /// A problem found: the model key and what is wrong with it.
 type Problem = (&'static str, String);
 
@@ -561,8 +570,10 @@ impl DeviceModel {
         let limit = |field: &'static str, cost: u64, limit_ns: u64, what: &str| {
             ensure(cost <= limit_ns, field, || {
                 format!(
-                    "{cost} ns exceeds the {limit_ns} ns the device advertises in {what}; a host \
-                     would time the operation out"
+                    "{cost} ns ({}) exceeds the {} the device advertises in {what}; a host \
+                     would time the operation out",
+                    ms(cost),
+                    ms(limit_ns)
                 )
             })
         };
@@ -718,7 +729,7 @@ mod tests {
         let err = DeviceModel::from_toml_str("test", &text).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "device model \"generic-emmc45\": ext_csd.rpmb_size_mult: 200 is above the maximum 128 (16 MiB)"
+            "device model \"test\": ext_csd.rpmb_size_mult: 200 is above the maximum 128 (16 MiB)"
         );
     }
 

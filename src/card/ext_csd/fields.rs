@@ -231,6 +231,14 @@ fn hc_wp_groups(b: &[u8]) -> String {
     format!("{} × HC write-protect group", le(b))
 }
 
+fn sectors(n: u64) -> String {
+    if n == 1 {
+        "1 sector".into()
+    } else {
+        format!("{n} sectors")
+    }
+}
+
 fn plain(b: &[u8]) -> String {
     le(b).to_string()
 }
@@ -845,9 +853,7 @@ pub static FIELDS: &[Field] = &[
         0 => "no high-capacity write protection".into(),
         v => format!("{v} × HC erase group"),
     }),
-    f("REL_WR_SEC_C", REL_WR_SEC_C, 1, R, |b| {
-        format!("{} sectors", b[0])
-    }),
+    f("REL_WR_SEC_C", REL_WR_SEC_C, 1, R, |b| sectors(le(b))),
     f("ERASE_TIMEOUT_MULT", ERASE_TIMEOUT_MULT, 1, R, times_300ms),
     f("HC_ERASE_GRP_SIZE", HC_ERASE_GRP_SIZE, 1, R, |b| {
         match b[0] {
@@ -909,7 +915,7 @@ pub static FIELDS: &[Field] = &[
         CORRECTLY_PRG_SECTORS_NUM,
         4,
         R,
-        |b| format!("{} sectors", le(b)),
+        |b| sectors(le(b)),
     ),
     f("BKOPS_STATUS", BKOPS_STATUS, 1, R, bkops_status),
     f("POWER_OFF_LONG_TIME", POWER_OFF_LONG_TIME, 1, R, times_10ms),
