@@ -1027,7 +1027,7 @@ impl Card {
     fn program_csd(&mut self, data: &[u8]) {
         let new = data[14];
         let fixed_differs = data[..14] != self.csd[..14];
-        let otp = registers::CSD_PERM_WRITE_PROTECT | (1 << 6);
+        let otp = registers::CSD_ONE_TIME_PROGRAMMABLE;
         let cleared_otp = self.csd_writable & otp & !new != 0;
         if fixed_differs || cleared_otp || new & !registers::CSD_WRITABLE_MASK != 0 {
             self.status |= r1::CID_CSD_OVERWRITE;

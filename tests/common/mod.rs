@@ -154,7 +154,7 @@ impl Host {
             }
         }
         assert!(matches!(self.cmd(2, 0), Some(Response::R2(_))));
-        assert_eq!(self.r1(3, RCA_ARG), 0x0000_0500);
+        assert_eq!(self.r1(3, RCA_ARG) & !r1::DEVICE_IS_LOCKED, 0x0000_0500);
         assert!(matches!(self.cmd(9, RCA_ARG), Some(Response::R2(_))));
         self.r1(7, RCA_ARG);
         let _ = self.ext_csd();
