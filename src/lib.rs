@@ -6,11 +6,14 @@
 //!   packed commands, HPI, BKOPS, cache and durability bookkeeping;
 //! - [`timing`]: how long each card operation takes, in card time;
 //! - [`store`]: the sparse image and its metadata sidecar;
-//! - [`model`]: device models loaded from `device-models/*.toml`.
+//! - [`model`]: device models loaded from `device-models/*.toml`;
+//! - [`host`]: what a host driver does to a card (the Linux MMC core's operations).
 
 pub mod card;
 pub mod crc;
+pub mod host;
 pub mod inspect;
 pub mod model;
+pub mod selfcheck;
 pub mod store;
 pub mod timing;

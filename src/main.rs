@@ -1,5 +1,134 @@
 //! The `vhost-user-emmc` command line.
 
-fn main() {
-    env_logger::init();
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use vhost_user_emmc::card::Card;
+use vhost_user_emmc::model::{builtin_model_names, DeviceModel, DEFAULT_MODEL};
+use vhost_user_emmc::store::{read_header, ImageStore, NullStore};
+use vhost_user_emmc::{inspect, selfcheck};
+
+/// An eMMC 4.5 card behind an emulated SDHCI host, for QEMU guests over vhost-user.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Commands,
+}
+
+#[derive(Subcommand)]
+enum Commands {
+    /// List the built-in device models.
+    Models,
+    /// Print the decoded CID, CSD and EXT_CSD of a model (and of an image's saved state).
+    Inspect {
+        /// Built-in model name or path to a model TOML file. Defaults to the image's model,
+        /// or to the default model.
+        #[arg(long)]
+        model: Option<String>,
+        /// A card image: show the registers as that card reports them now.
+        #[arg(long)]
+        image: Option<PathBuf>,
+    },
+    /// Card images.
+    Image {
+        #[command(subcommand)]
+        command: ImageCommands,
+    },
+    /// Bring a card up on a scratch image the way Linux would, exercise its features and
+    /// check that the image keeps what the card promised.
+    Selfcheck {
+        /// Built-in model name or path to a model TOML file.
+        #[arg(long, default_value = DEFAULT_MODEL)]
+        model: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum ImageCommands {
+    /// Create a new sparse image (and its metadata sidecar PATH.emmc.toml) for a model.
+    Create {
+        #[arg(long, default_value = DEFAULT_MODEL)]
+        model: String,
+        path: PathBuf,
+    },
+}
+
+fn run(cli: Cli) -> Result<(), String> {
+    match cli.command {
+        Commands::Models => {
+            for name in builtin_model_names() {
+                let m = DeviceModel::load(name).map_err(|e| e.to_string())?;
+                println!("{name:<20} {}", m.description);
+            }
+            Ok(())
+        }
+        Commands::Inspect { model, image } => {
+            let card = match image {
+                Some(path) => {
+                    let header = read_header(&path).map_err(|e| e.to_string())?;
+                    let model = DeviceModel::load(model.as_deref().unwrap_or(&header.model))
+                        .map_err(|e| e.to_string())?;
+                    let store = ImageStore::open(&path, Card::layout_for(&model), &model.name)
+                        .map_err(|e| e.to_string())?;
+                    Card::new(model, Box::new(store)).map_err(|e| e.to_string())?
+                }
+                None => {
+                    let model = DeviceModel::load(model.as_deref().unwrap_or(DEFAULT_MODEL))
+                        .map_err(|e| e.to_string())?;
+                    let layout = Card::layout_for(&model);
+                    Card::new(model, Box::new(NullStore::new(layout))).map_err(|e| e.to_string())?
+                }
+            };
+            println!("model {}: {}", card.model().name, card.model().description);
+            print!(
+                "{}",
+                inspect::render(&card.cid(), &card.csd(), &card.ext_csd())
+            );
+            Ok(())
+        }
+        Commands::Image {
+            command: ImageCommands::Create { model, path },
+        } => {
+            let model = DeviceModel::load(&model).map_err(|e| e.to_string())?;
+            let layout = Card::layout_for(&model);
+            ImageStore::create(&path, layout, &model.name).map_err(|e| e.to_string())?;
+            println!(
+                "created {} for model {}: {} bytes (sparse), boot {} KiB ×2, RPMB {} KiB, user {} MiB",
+                path.display(),
+                model.name,
+                layout.total_bytes(),
+                layout.boot_bytes / 1024,
+                layout.rpmb_bytes / 1024,
+                layout.user_bytes >> 20
+            );
+            Ok(())
+        }
+        Commands::Selfcheck { model } => {
+            let model = DeviceModel::load(&model).map_err(|e| e.to_string())?;
+            let report = selfcheck::run(&model)?;
+            if report.failures > 0 {
+                Err(format!(
+                    "self-check failed: {} of {} checks",
+                    report.failures,
+                    report.lines.len()
+                ))
+            } else {
+                Ok(())
+            }
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("vhost-user-emmc: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -36,10 +36,6 @@ impl VolatileCache {
         }
     }
 
-    pub fn capacity(&self) -> usize {
-        self.capacity
-    }
-
     /// Number of dirty (not yet durable) sectors.
     pub fn len(&self) -> usize {
         self.index.len()
@@ -49,6 +45,7 @@ impl VolatileCache {
         self.index.is_empty()
     }
 
+    #[cfg(test)]
     pub fn contains(&self, sector: u64) -> bool {
         self.index.contains_key(&sector)
     }
@@ -223,11 +220,6 @@ impl VolatileCache {
             }
         }
         runs
-    }
-
-    /// Bytes of memory held for cached data.
-    pub fn resident_bytes(&self) -> usize {
-        self.slots.capacity()
     }
 }
 

@@ -286,9 +286,11 @@ impl Card {
                 self.commit_segments(p, done, true);
             }
         }
-        let lost = self.cache.len();
-        if lost > 0 {
-            log::info!("power loss: {lost} cached sectors were not durable and are lost");
+        if !self.cache.is_empty() {
+            log::info!(
+                "power loss: {} cached sectors were not durable and are lost",
+                self.cache.len()
+            );
         }
         self.cache.drop_all();
     }

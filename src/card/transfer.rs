@@ -1029,7 +1029,7 @@ impl Card {
         let fixed_differs = data[..14] != self.csd[..14];
         let otp = registers::CSD_ONE_TIME_PROGRAMMABLE;
         let cleared_otp = self.csd_writable & otp & !new != 0;
-        if fixed_differs || cleared_otp || new & !registers::CSD_WRITABLE_MASK != 0 {
+        if fixed_differs || cleared_otp {
             self.status |= r1::CID_CSD_OVERWRITE;
             return;
         }
