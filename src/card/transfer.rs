@@ -391,16 +391,37 @@ impl Card {
         }
     }
 
+    /// The checks every sector data command makes at reception: block length, address
+    /// alignment, and that the transfer starts (and, when its count is known, ends) inside
+    /// the partition. Returns the partition-relative LBA or the R1 error bit.
+    fn check_data_range(
+        &self,
+        arg: u32,
+        partition: Partition,
+        count: Option<u64>,
+    ) -> Result<u64, u32> {
+        if !self.data_block_len_ok() {
+            return Err(r1::BLOCK_LEN_ERROR);
+        }
+        let lba = self.address_to_lba(arg)?;
+        let extent = self.partitions.extent(partition);
+        let in_range = match count {
+            Some(n) => extent.translate(lba, n).is_some(),
+            None => lba < extent.sectors,
+        };
+        if in_range {
+            Ok(lba)
+        } else {
+            Err(r1::ADDRESS_OUT_OF_RANGE)
+        }
+    }
+
     fn start_read(&mut self, x: &mut Exec, count: Option<u64>) -> Handled {
         let partition = self.current_partition();
         if partition == Partition::Rpmb {
             return self.start_rpmb_read(x, count);
         }
-        if !self.data_block_len_ok() {
-            x.resp_status |= r1::BLOCK_LEN_ERROR;
-            return Handled::R1;
-        }
-        let lba = match self.address_to_lba(x.arg) {
+        let lba = match self.check_data_range(x.arg, partition, count) {
             Ok(lba) => lba,
             Err(e) => {
                 x.resp_status |= e;
@@ -408,14 +429,6 @@ impl Card {
             }
         };
         let extent = self.partitions.extent(partition);
-        let in_range = match count {
-            Some(n) => extent.translate(lba, n).is_some(),
-            None => lba < extent.sectors,
-        };
-        if !in_range {
-            x.resp_status |= r1::ADDRESS_OUT_OF_RANGE;
-            return Handled::R1;
-        }
         let pending_ns = match count {
             Some(n) => {
                 self.timing
@@ -446,26 +459,13 @@ impl Card {
         if sbc.packed {
             return self.start_packed(x, sbc);
         }
-        if !self.data_block_len_ok() {
-            x.resp_status |= r1::BLOCK_LEN_ERROR;
-            return Handled::R1;
-        }
-        let lba = match self.address_to_lba(x.arg) {
+        let lba = match self.check_data_range(x.arg, partition, count) {
             Ok(lba) => lba,
             Err(e) => {
                 x.resp_status |= e;
                 return Handled::R1;
             }
         };
-        let extent = self.partitions.extent(partition);
-        let in_range = match count {
-            Some(n) => extent.translate(lba, n).is_some(),
-            None => lba < extent.sectors,
-        };
-        if !in_range {
-            x.resp_status |= r1::ADDRESS_OUT_OF_RANGE;
-            return Handled::R1;
-        }
         if let Some(n) = count {
             if self.is_write_protected(partition, lba, n) {
                 x.resp_status |= r1::WP_VIOLATION;
