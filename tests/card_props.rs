@@ -42,12 +42,14 @@ enum Op {
     PowerCycle {
         sudden: bool,
     },
+    /// CMD0, CMD1, CMD2, CMD3, CMD7: back to tran from wherever the card wandered.
+    Reinit,
 }
 
 fn index_strategy() -> impl Strategy<Value = u8> {
     prop_oneof![
-        0u8..64,
-        prop::sample::select(vec![
+        1 => 0u8..64,
+        3 => prop::sample::select(vec![
             0u8, 1, 2, 3, 5, 6, 7, 8, 12, 13, 14, 15, 16, 17, 18, 19, 21, 23, 24, 25, 26, 27, 28,
             29, 30, 31, 35, 36, 38, 40, 42, 55, 56,
         ]),
@@ -56,27 +58,26 @@ fn index_strategy() -> impl Strategy<Value = u8> {
 
 fn arg_strategy() -> impl Strategy<Value = u32> {
     prop_oneof![
-        any::<u32>(),
-        Just(RCA_ARG),
-        Just(RCA_ARG | 1),
-        Just(RCA_ARG | 1 << 15),
-        0u32..70_000,
-        15_200_000u32..15_300_000,
+        2 => any::<u32>(),
+        3 => prop::sample::select(vec![RCA_ARG, RCA_ARG | 1, RCA_ARG | 1 << 15, 2 << 16]),
+        3 => 0u32..16,
+        2 => 0u32..70_000,
+        1 => 15_200_000u32..15_300_000,
         // CMD6-shaped: access mode, index, value.
-        (0u32..4, 0u32..256, 0u32..256).prop_map(|(a, i, v)| a << 24 | i << 16 | v << 8),
-        prop::sample::select(vec![
+        2 => (0u32..4, 0u32..256, 0u32..256).prop_map(|(a, i, v)| a << 24 | i << 16 | v << 8),
+        2 => prop::sample::select(vec![
             0u32,
             0xF0F0_F0F0,
             0xFFFF_FFFA,
             0x40FF_8080,
-            1,
-            3,
+            512,
             0x8000_0000,
             0x8000_0001,
             0x8000_8000,
+            u32::MAX,
         ]),
         // CMD23-shaped: count and flags.
-        (
+        1 => (
             1u32..=65535,
             prop::sample::select(vec![0u32, 1 << 31, 1 << 30, 1 << 29, 1 << 24, 3 << 25]),
         )
@@ -102,6 +103,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
             .prop_map(|ns| Op::Advance { ns }),
         1 => Just(Op::WaitBusy),
         1 => any::<bool>().prop_map(|sudden| Op::PowerCycle { sudden }),
+        1 => Just(Op::Reinit),
     ]
 }
 
@@ -198,6 +200,7 @@ fn run_random_ops(ops: &[Op]) -> Result<(), TestCaseError> {
                 prop_assert_eq!(h.card.state(), CardState::Idle);
                 rough_init(&mut h);
             }
+            Op::Reinit => rough_init(&mut h),
         }
     }
     Ok(())
