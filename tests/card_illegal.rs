@@ -705,3 +705,46 @@ fn inactive_card_answers_nothing_until_a_power_cycle() {
     );
     data_unchanged(&mut f).unwrap();
 }
+
+/// Facts §3 clear condition "b": ILLEGAL_COMMAND and COM_CRC_ERROR relate to the previous
+/// command and are cleared once a valid command is received. CMD39 FAST_IO (legal in
+/// stby, facts §1) answers with an R4, which carries no status, so the bit is never seen
+/// — but it is still cleared, and the CMD13 after CMD39 must be clean.
+fn flag_then_cmd39_then_status(f: &mut Fixture, raise: impl Fn(&mut Host)) -> Option<u32> {
+    raise(&mut f.h);
+    assert!(
+        matches!(tick(&mut f.h, 39, RCA_ARG), Some(Response::R4(_))),
+        "CMD39 in stby answers R4"
+    );
+    status_word(tick(&mut f.h, 13, RCA_ARG))
+}
+
+#[test]
+fn illegal_flag_is_cleared_by_a_valid_command_whose_response_has_no_status() {
+    let mut f = enter(Target::Stby);
+    let s = flag_then_cmd39_then_status(&mut f, |h| {
+        assert_eq!(tick(h, 6, 0x03B7_0200), None, "CMD6 is illegal in stby");
+    });
+    assert_eq!(
+        s,
+        Some(st(3) | RFD),
+        "ILLEGAL_COMMAND must not outlive the valid CMD39"
+    );
+}
+
+#[test]
+fn crc_error_flag_is_cleared_by_a_valid_command_whose_response_has_no_status() {
+    let mut f = enter(Target::Stby);
+    let s = flag_then_cmd39_then_status(&mut f, |h| {
+        h.now += 10;
+        let r = h
+            .card
+            .execute_checked(h.now, Command::new(13, RCA_ARG), false);
+        assert_eq!(r, None, "a command with a CRC error gets no response");
+    });
+    assert_eq!(
+        s,
+        Some(st(3) | RFD),
+        "COM_CRC_ERROR must not outlive the valid CMD39"
+    );
+}
