@@ -748,3 +748,56 @@ fn crc_error_flag_is_cleared_by_a_valid_command_whose_response_has_no_status() {
         "COM_CRC_ERROR must not outlive the valid CMD39"
     );
 }
+
+/// CMD16 + CMD42 with a lock/unlock data block (byte 0 flags, byte 1 length, password).
+fn lock_unlock(h: &mut Host, flags: u8, password: &[u8]) {
+    let mut block = vec![flags, password.len() as u8];
+    block.extend_from_slice(password);
+    let s = h.r1(16, block.len() as u32);
+    assert_eq!(s & r1::ERRORS, 0, "CMD16: {}", r1::describe(s));
+    let s = h.r1(42, 0);
+    assert_eq!(s & r1::ERRORS, 0, "CMD42: {}", r1::describe(s));
+    h.card.write_data(h.now, &block).expect("CMD42 block");
+    h.wait_busy();
+    assert_eq!(h.status() & r1::LOCK_UNLOCK_FAILED, 0);
+    assert_eq!(h.r1(16, 512) & r1::ERRORS, 0);
+}
+
+#[test]
+fn block_write_erase_and_protection_commands_are_illegal_while_locked() {
+    // A password-locked card takes only the basic, lock and application commands (and
+    // CMD16); class 2, 4, 5 and 6 commands are illegal there.
+    let mut f = enter(Target::Tran);
+    lock_unlock(&mut f.h, 0x05, b"pass"); // SET_PWD | LOCK_UNLOCK
+    let locked = st(4) | RFD | r1::DEVICE_IS_LOCKED;
+    assert_eq!(
+        f.h.status(),
+        locked,
+        "DEVICE_IS_LOCKED follows the lock state"
+    );
+    let u = USER_LBA as u32;
+    for (index, arg) in [
+        (17u8, u),
+        (18, u),
+        (23, 1),
+        (24, u),
+        (25, u),
+        (35, u),
+        (36, u),
+        (38, 0),
+        (28, u),
+        (29, u),
+        (30, u),
+        (31, u),
+    ] {
+        assert_eq!(tick(&mut f.h, index, arg), None, "CMD{index} while locked");
+        assert_eq!(f.h.card.state(), CardState::Tran, "CMD{index}");
+        assert_eq!(f.h.status(), locked | ILLEGAL, "CMD{index} while locked");
+        assert_eq!(f.h.status(), locked);
+    }
+    data_unchanged(&mut f).unwrap();
+    // Unlocked, the same read works again.
+    lock_unlock(&mut f.h, 0x00, b"pass");
+    assert_eq!(f.h.status(), st(4) | RFD);
+    assert_eq!(f.h.read(USER_LBA, PATTERN_BLOCKS), f.user);
+}
