@@ -160,8 +160,13 @@ fn rpmb_host() -> Host {
 
 /// CMD23(N | flags) + CMD25 + N frames; waits for programming to end.
 fn send(h: &mut Host, frames: &[Frame], flags: u32) {
+    send_at(h, frames, flags, 0);
+}
+
+/// `send` with `arg` as the CMD25 address (facts §11.5: ignored for RPMB).
+fn send_at(h: &mut Host, frames: &[Frame], flags: u32, arg: u32) {
     assert_eq!(h.r1(23, frames.len() as u32 | flags), TRAN, "CMD23");
-    assert_eq!(h.r1(25, 0), TRAN, "CMD25 in RPMB");
+    assert_eq!(h.r1(25, arg), TRAN, "CMD25 in RPMB");
     assert_eq!(h.card.state(), CardState::Rcv);
     let bytes: Vec<u8> = frames.iter().flat_map(|f| f.0).collect();
     h.card
@@ -173,8 +178,13 @@ fn send(h: &mut Host, frames: &[Frame], flags: u32) {
 
 /// CMD23(N) + CMD18 + N frames, as they came off the bus.
 fn receive(h: &mut Host, n: usize) -> Vec<Frame> {
+    receive_at(h, n, 0)
+}
+
+/// `receive` with `arg` as the CMD18 address (facts §11.5: ignored for RPMB).
+fn receive_at(h: &mut Host, n: usize, arg: u32) -> Vec<Frame> {
     assert_eq!(h.r1(23, n as u32), TRAN, "CMD23");
-    assert_eq!(h.r1(18, 0), TRAN, "CMD18 in RPMB");
+    assert_eq!(h.r1(18, arg), TRAN, "CMD18 in RPMB");
     let mut bytes = vec![0u8; n * FRAME];
     h.card
         .read_data(h.now, &mut bytes)
@@ -565,6 +575,29 @@ fn acknowledged_rpmb_writes_are_in_the_image_before_any_shutdown() {
     assert_eq!(auth_write(&mut h, &KEY, 5, 1, &[half(0x66)]).result(), OK);
     drop(h);
     check_reopened(&mut image_host(&path, false), 2, half(0x66));
+}
+
+#[test]
+fn cmd25_and_cmd18_address_arguments_are_ignored_in_rpmb() {
+    // Facts §11.5: the frame's address field says where; the command argument does not.
+    let mut h = keyed(0);
+    let mut frames = vec![Frame::request(REQ_WRITE)
+        .with_data(&half(0x77))
+        .with_address(3)
+        .with_block_count(1)];
+    sign(&KEY, &mut frames);
+    send_at(&mut h, &frames, REL, 0xFFFF_FFFF);
+    send_at(&mut h, &[Frame::request(REQ_RESULT)], 0, 0x1234);
+    let r = receive_at(&mut h, 1, 0x8000_0000).remove(0);
+    assert_eq!((r.resp(), r.result(), r.counter()), (RESP_WRITE, OK, 1));
+    let req = Frame::request(REQ_READ)
+        .with_nonce(&nonce(1))
+        .with_address(3);
+    send_at(&mut h, &[req], 0, 3);
+    let d = receive_at(&mut h, 1, 0xFFFF_FFFF);
+    assert_eq!((d[0].result(), d[0].address()), (OK, 3));
+    assert_eq!(d[0].data(), &half(0x77)[..]);
+    assert_mac(&KEY, &d, "read with a stray CMD18 argument");
 }
 
 #[test]
