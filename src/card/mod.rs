@@ -326,20 +326,17 @@ impl Card {
         };
         let response = match handled {
             Handled::Illegal(why) => return self.illegal(cmd, why),
-            Handled::NoResponse => {
-                self.status &= !r1::PREVIOUS_COMMAND;
-                None
-            }
+            Handled::NoResponse => None,
             Handled::R1 => Some(Response::R1(status_of(self, &exec))),
             Handled::R1b => Some(Response::R1b(status_of(self, &exec))),
-            Handled::R2(reg) => {
-                self.status &= !r1::PREVIOUS_COMMAND;
-                Some(Response::R2(reg))
-            }
+            Handled::R2(reg) => Some(Response::R2(reg)),
             Handled::R3(v) => Some(Response::R3(v)),
             Handled::R4(v) => Some(Response::R4(v)),
             Handled::R5(v) => Some(Response::R5(v)),
         };
+        // "b" bits describe the previous command: any valid command clears them, whatever
+        // its response (an R1 above has already reported them).
+        self.status &= !r1::PREVIOUS_COMMAND;
         self.status |= exec.after_status;
         if log::log_enabled!(log::Level::Trace) {
             log::trace!(
