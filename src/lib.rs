@@ -15,5 +15,6 @@ pub mod host;
 pub mod inspect;
 pub mod model;
 pub mod selfcheck;
+pub mod sim;
 pub mod store;
 pub mod timing;

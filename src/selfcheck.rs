@@ -87,12 +87,9 @@ pub fn run(model: &DeviceModel) -> Result<Report, String> {
         image.display()
     );
 
-    let mut card = open_card(model, &image, true)?;
+    let mut host = MmcHost::new(open_card(model, &image, true)?);
     let caps = HostCaps::default();
-    let e = {
-        let mut host = MmcHost::new(&mut card);
-        host.mmc_init_card(&caps)
-    };
+    let e = host.mmc_init_card(&caps);
     c.check(
         "bring-up (CMD0, CMD1 loop, CMD2, CMD3, CMD9, CMD7, CMD8, CMD6 switches)",
         e.map(|e| {
@@ -110,26 +107,27 @@ pub fn run(model: &DeviceModel) -> Result<Report, String> {
     for partition in [Partition::User, Partition::Boot1, Partition::Boot2] {
         c.check(
             &format!("write/read/verify {} start and end", partition.name()),
-            rw_check(&mut card, partition),
+            rw_check(&mut host, partition),
         );
     }
-    c.check("packed write of 4 entries", packed_check(&mut card));
+    c.check("packed write of 4 entries", packed_check(&mut host));
     c.check(
         "cache: acknowledged, volatile until FLUSH_CACHE",
-        cache_check(&mut card),
+        cache_check(&mut host),
     );
     c.check(
         "reliable write survives a sudden power loss",
-        reliable_check(&mut card, &caps),
+        reliable_check(&mut host, &caps),
     );
-    c.check("HPI interrupts a long write", hpi_check(&mut card));
+    c.check("HPI interrupts a long write", hpi_check(&mut host));
     if model.ext_csd.rpmb_size_mult > 0 {
         c.check(
             "RPMB key programming and write counter",
-            rpmb_check(&mut card),
+            rpmb_check(&mut host),
         );
     }
     // Persistence: a clean shutdown, then a new card process on the same image.
+    let mut card = host.into_card();
     card.power_off(card.now(), PowerDown::Clean);
     drop(card);
     c.check(
@@ -144,8 +142,7 @@ pub fn run(model: &DeviceModel) -> Result<Report, String> {
     Ok(c.report)
 }
 
-fn rw_check(card: &mut Card, partition: Partition) -> Result<String, String> {
-    let mut h = MmcHost::new(card);
+fn rw_check(h: &mut MmcHost, partition: Partition) -> Result<String, String> {
     h.mmc_select_partition(partition)
         .map_err(|e| e.to_string())?;
     let size = h.card.partition_sectors(partition);
@@ -166,8 +163,7 @@ fn rw_check(card: &mut Card, partition: Partition) -> Result<String, String> {
     Ok(format!("{} sectors", size))
 }
 
-fn packed_check(card: &mut Card) -> Result<String, String> {
-    let mut h = MmcHost::new(card);
+fn packed_check(h: &mut MmcHost) -> Result<String, String> {
     let entries: Vec<(u64, usize)> = vec![(4096, 8), (100, 1), (20_000, 16), (9, 3)];
     let header = packed::Header {
         direction: packed::Direction::Write,
@@ -205,8 +201,7 @@ fn packed_check(card: &mut Card) -> Result<String, String> {
     Ok(format!("{} data blocks in one CMD25", total - 1))
 }
 
-fn cache_check(card: &mut Card) -> Result<String, String> {
-    let mut h = MmcHost::new(card);
+fn cache_check(h: &mut MmcHost) -> Result<String, String> {
     h.mmc_write_blocks(30_000, &pattern(7, 16), 0)
         .map_err(|e| e.to_string())?;
     let volatile: u64 = h.card.volatile_sectors().iter().map(|r| r.1).sum();
@@ -224,18 +219,14 @@ fn cache_check(card: &mut Card) -> Result<String, String> {
     ))
 }
 
-fn reliable_check(card: &mut Card, caps: &HostCaps) -> Result<String, String> {
+fn reliable_check(h: &mut MmcHost, caps: &HostCaps) -> Result<String, String> {
     let data = pattern(9, 8);
     let cached = pattern(10, 8);
-    {
-        let mut h = MmcHost::new(card);
-        h.mmc_write_blocks(40_000, &data, MMC_CMD23_ARG_REL_WR)
-            .map_err(|e| e.to_string())?;
-        h.mmc_write_blocks(40_100, &cached, 0)
-            .map_err(|e| e.to_string())?;
-    }
-    card.power_cycle(card.now(), PowerDown::Sudden);
-    let mut h = MmcHost::new(card);
+    h.mmc_write_blocks(40_000, &data, MMC_CMD23_ARG_REL_WR)
+        .map_err(|e| e.to_string())?;
+    h.mmc_write_blocks(40_100, &cached, 0)
+        .map_err(|e| e.to_string())?;
+    h.card.power_cycle(h.now, PowerDown::Sudden);
     h.mmc_init_card(caps).map_err(|e| e.to_string())?;
     let mut back = vec![0u8; data.len()];
     h.mmc_read_blocks(40_000, &mut back)
@@ -251,8 +242,7 @@ fn reliable_check(card: &mut Card, caps: &HostCaps) -> Result<String, String> {
     Ok("the unflushed cached write was lost, as it may be".into())
 }
 
-fn hpi_check(card: &mut Card) -> Result<String, String> {
-    let mut h = MmcHost::new(card);
+fn hpi_check(h: &mut MmcHost) -> Result<String, String> {
     h.mmc_switch(ext::CACHE_CTRL, 0)
         .map_err(|e| e.to_string())?;
     let blocks = 2048u32;
@@ -332,25 +322,23 @@ fn rpmb_read_counter(h: &mut MmcHost) -> Result<u32, String> {
     Ok(response.write_counter)
 }
 
-fn rpmb_check(card: &mut Card) -> Result<String, String> {
-    let mut h = MmcHost::new(card);
+fn rpmb_check(h: &mut MmcHost) -> Result<String, String> {
     h.mmc_select_partition(Partition::Rpmb)
         .map_err(|e| e.to_string())?;
     let mut program = RpmbFrame::with_type(rpmb::AUTHENTICATION_KEY_PROGRAMMING);
     program.key_mac = RPMB_KEY;
-    rpmb_send(&mut h, &program, MMC_CMD23_ARG_REL_WR)?;
-    rpmb_send(&mut h, &RpmbFrame::with_type(rpmb::RESULT_READ), 0)?;
-    let result = RpmbFrame::parse(&rpmb_receive(&mut h)?);
+    rpmb_send(h, &program, MMC_CMD23_ARG_REL_WR)?;
+    rpmb_send(h, &RpmbFrame::with_type(rpmb::RESULT_READ), 0)?;
+    let result = RpmbFrame::parse(&rpmb_receive(h)?);
     if result.result != rpmb::OPERATION_OK {
         return Err(format!("key programming result {:#06x}", result.result));
     }
-    let counter = rpmb_read_counter(&mut h)?;
+    let counter = rpmb_read_counter(h)?;
     Ok(format!("write counter {counter}, MAC verified"))
 }
 
 fn reopen_check(model: &DeviceModel, image: &Path, caps: &HostCaps) -> Result<String, String> {
-    let mut card = open_card(model, image, false)?;
-    let mut h = MmcHost::new(&mut card);
+    let mut h = MmcHost::new(open_card(model, image, false)?);
     let e = h.mmc_init_card(caps).map_err(|e| e.to_string())?;
     let mut back = vec![0u8; 16 * 512];
     h.mmc_read_blocks(30_000, &mut back)

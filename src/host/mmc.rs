@@ -41,6 +41,8 @@ pub struct HostCaps {
     /// 1, 4 or 8 data lines.
     pub bus_width: u8,
     pub high_speed: bool,
+    /// Dual data rate (DDR52) after switching to high speed.
+    pub ddr: bool,
     pub hs200: bool,
     pub cache: bool,
     pub hpi: bool,
@@ -50,11 +52,26 @@ pub struct HostCaps {
     pub packed_event: bool,
 }
 
+impl HostCaps {
+    /// Capabilities that bring a card up in the bus mode of a model's `[host]` section.
+    pub fn for_model(host: &crate::model::HostModel) -> HostCaps {
+        use crate::model::BusTiming;
+        HostCaps {
+            bus_width: host.bus_width,
+            high_speed: host.timing != BusTiming::Legacy,
+            ddr: host.timing == BusTiming::Ddr52,
+            hs200: host.timing == BusTiming::Hs200,
+            ..HostCaps::default()
+        }
+    }
+}
+
 impl Default for HostCaps {
     fn default() -> Self {
         HostCaps {
             bus_width: 8,
             high_speed: true,
+            ddr: false,
             hs200: false,
             cache: true,
             hpi: true,
@@ -65,21 +82,26 @@ impl Default for HostCaps {
 }
 
 /// A card and the card time of the host driving it.
-pub struct MmcHost<'c> {
-    pub card: &'c mut Card,
+pub struct MmcHost {
+    pub card: Card,
     pub now: Nanos,
     /// Card time one command costs on the bus in this direct model.
     pub command_ns: Nanos,
 }
 
-impl<'c> MmcHost<'c> {
-    pub fn new(card: &'c mut Card) -> MmcHost<'c> {
+impl MmcHost {
+    pub fn new(card: Card) -> MmcHost {
         let now = card.now();
         MmcHost {
             card,
             now,
             command_ns: 0,
         }
+    }
+
+    /// Give the card back (e.g. to power-cycle it or reopen its image).
+    pub fn into_card(self) -> Card {
+        self.card
     }
 
     /// Send one command; `None` is a command timeout.
@@ -207,6 +229,12 @@ impl<'c> MmcHost<'c> {
             }
             if width != 0 {
                 self.mmc_switch(ext::BUS_WIDTH, width)?;
+                let ddr_capable =
+                    device_type & (ext::DEVICE_TYPE_DDR_52_1V8 | ext::DEVICE_TYPE_DDR_52_1V2) != 0;
+                if caps.ddr && caps.high_speed && ddr_capable {
+                    // DDR52: BUS_WIDTH 5 (4-bit DDR) or 6 (8-bit DDR), after high speed.
+                    self.mmc_switch(ext::BUS_WIDTH, width + 4)?;
+                }
             }
         }
         if caps.hpi && e[ext::HPI_FEATURES] & ext::HPI_SUPPORT != 0 {

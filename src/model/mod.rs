@@ -24,6 +24,9 @@ pub struct DeviceModel {
     pub cid: CidModel,
     pub csd: CsdModel,
     pub ext_csd: ExtCsdModel,
+    /// The host the card is driven by in the simulator (and was measured behind).
+    #[serde(default)]
+    pub host: HostModel,
     /// Costs of card operations. The constant-cost model is the first implementation of
     /// `timing::Timing`; richer models replace it.
     #[serde(default)]
@@ -228,6 +231,45 @@ pub struct ExtCsdModel {
 
 fn one() -> u8 {
     1
+}
+
+/// Bus timing mode after bring-up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BusTiming {
+    /// Backward-compatible timing, up to 26 MHz.
+    Legacy,
+    /// High speed SDR, up to 52 MHz.
+    Hs,
+    /// High speed DDR, up to 52 MHz, 4 or 8 lines.
+    Ddr52,
+    /// HS200, up to 200 MHz, 4 or 8 lines.
+    Hs200,
+}
+
+/// The host side of a measurement: bus settings after bring-up and the time the host
+/// (block layer, driver, controller set-up) spends per request outside the bus.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HostModel {
+    /// Card clock after bring-up, in Hz.
+    pub clock_hz: u64,
+    /// Data lines: 1, 4 or 8.
+    pub bus_width: u8,
+    pub timing: BusTiming,
+    /// Host time per block request before its first command, in nanoseconds.
+    pub request_overhead_ns: u64,
+}
+
+impl Default for HostModel {
+    fn default() -> Self {
+        HostModel {
+            clock_hz: 52_000_000,
+            bus_width: 8,
+            timing: BusTiming::Hs,
+            request_overhead_ns: 0,
+        }
+    }
 }
 
 /// Parameters of the constant-cost timing model: every operation of a kind costs the same

@@ -95,7 +95,51 @@ impl DeviceModel {
         self.check_csd()?;
         self.check_ext_csd()?;
         self.check_sizes()?;
+        self.check_host()?;
         self.check_timing()
+    }
+
+    /// The host section must describe a bus the card supports.
+    fn check_host(&self) -> Result<(), Problem> {
+        use super::BusTiming;
+        use crate::card::ext_csd as x;
+        let h = &self.host;
+        ensure(matches!(h.bus_width, 1 | 4 | 8), "host.bus_width", || {
+            format!("{} lines: the bus has 1, 4 or 8 data lines", h.bus_width)
+        })?;
+        let device_type = self.ext_csd.device_type;
+        let (max_hz, supported) = match h.timing {
+            BusTiming::Legacy => (26_000_000, true),
+            BusTiming::Hs => (
+                if device_type & x::DEVICE_TYPE_HS_52 != 0 {
+                    52_000_000
+                } else {
+                    26_000_000
+                },
+                device_type & (x::DEVICE_TYPE_HS_26 | x::DEVICE_TYPE_HS_52) != 0,
+            ),
+            BusTiming::Ddr52 => (
+                52_000_000,
+                device_type & (x::DEVICE_TYPE_DDR_52_1V8 | x::DEVICE_TYPE_DDR_52_1V2) != 0
+                    && h.bus_width != 1,
+            ),
+            BusTiming::Hs200 => (
+                200_000_000,
+                device_type & (x::DEVICE_TYPE_HS200_1V8 | x::DEVICE_TYPE_HS200_1V2) != 0
+                    && h.bus_width != 1,
+            ),
+        };
+        ensure(supported, "host.timing", || {
+            format!(
+                "{:?} with {} lines is not supported by DEVICE_TYPE {device_type:#04x}",
+                h.timing, h.bus_width
+            )
+        })?;
+        ensure(
+            h.clock_hz > 0 && h.clock_hz <= max_hz,
+            "host.clock_hz",
+            || format!("{} Hz: {:?} allows 1..={max_hz} Hz", h.clock_hz, h.timing),
+        )
     }
 
     fn check_cid(&self) -> Result<(), Problem> {

@@ -6,8 +6,10 @@
 //! image layout (see `store`), so a flash translation layer can model physical placement
 //! without knowing partitions or commands.
 
+pub mod bus;
 mod constant;
 
+pub use bus::Bus;
 pub use constant::ConstantTiming;
 
 /// Card time in nanoseconds since power-on of the simulated system.

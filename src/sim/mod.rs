@@ -1,0 +1,5 @@
+//! The simulator: workloads run in card time through host → card → timing, without
+//! sleeping and without data (the store is data-less), reporting throughput, latency and
+//! the card's counters.
+
+pub mod device;
