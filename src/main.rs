@@ -37,6 +37,9 @@ enum Commands {
         #[command(subcommand)]
         command: ImageCommands,
     },
+    /// Run a workload against a card model in card time (no sleeping, no data) and report
+    /// throughput, latency percentiles and the card's counters.
+    Simulate(vhost_user_emmc::sim::command::SimulateArgs),
     /// Bring a card up on a scratch image the way Linux would, exercise its features and
     /// check that the image keeps what the card promised.
     Selfcheck {
@@ -104,6 +107,15 @@ fn run(cli: Cli) -> Result<(), String> {
                 layout.rpmb_bytes / 1024,
                 layout.user_bytes >> 20
             );
+            Ok(())
+        }
+        Commands::Simulate(args) => {
+            let report = vhost_user_emmc::sim::command::simulate(&args)?;
+            if args.json {
+                println!("{}", report.to_json());
+            } else {
+                print!("{}", report.to_text());
+            }
             Ok(())
         }
         Commands::Selfcheck { model } => {

@@ -9,10 +9,33 @@
 //! Memory is bounded by the cache size the model advertises (CACHE_SIZE).
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::store::{Store, StoreError};
 
 const SECTOR: usize = 512;
+
+/// Multiplicative hash for sector numbers: the keys are plain integers chosen by the
+/// guest, so SipHash's flooding resistance buys nothing (the map is bounded by the cache
+/// capacity) and costs most of the write path.
+#[derive(Default)]
+struct SectorHasher(u64);
+
+impl Hasher for SectorHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
+type SectorMap<V> = HashMap<u64, V, BuildHasherDefault<SectorHasher>>;
 
 #[derive(Debug, Default)]
 pub struct VolatileCache {
@@ -21,7 +44,7 @@ pub struct VolatileCache {
     /// Sector data, one 512-byte slot each; grows up to `capacity` slots.
     slots: Vec<u8>,
     /// Absolute sector → slot.
-    index: HashMap<u64, u32>,
+    index: SectorMap<u32>,
     /// Insertion order for destaging (oldest first). May hold stale keys that were
     /// invalidated; they are skipped.
     order: VecDeque<u64>,
@@ -138,9 +161,9 @@ impl VolatileCache {
     fn compact_order(&mut self) {
         if self.order.len() > 2 * self.index.len() + 64 {
             let index = &self.index;
-            let mut seen = std::collections::HashSet::with_capacity(index.len());
+            let mut seen: SectorMap<()> = SectorMap::default();
             self.order
-                .retain(|s| index.contains_key(s) && seen.insert(*s));
+                .retain(|s| index.contains_key(s) && seen.insert(*s, ()).is_none());
         }
     }
 

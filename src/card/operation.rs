@@ -303,7 +303,9 @@ impl Card {
         match self.cache.flush(self.store.as_mut()) {
             Ok(n) => {
                 self.stats.sectors_destaged += n;
-                self.stats.flushes += 1;
+                if n > 0 {
+                    self.stats.flushes += 1;
+                }
             }
             Err(e) => {
                 log::error!("cache flush failed: {e}");

@@ -6,12 +6,16 @@
 //! timed as the bus and the card's timing model say: host overhead, command exchanges,
 //! data blocks on the bus, the card's access and programming time.
 
+use crate::card::ext_csd as ext;
 use crate::card::{r1, Card, CardError, Command, Response};
 use crate::host::mmc::{HostCaps, MmcError, MmcHost};
 use crate::model::{BusTiming, DeviceModel};
 use crate::store::NullStore;
 use crate::timing::bus::ResponseLength;
 use crate::timing::{Bus, Nanos};
+
+/// CMD38 argument for a discard.
+const DISCARD_ARG: u32 = 0x0000_0003;
 
 /// Errors a block request can end with.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +46,10 @@ pub trait BlockDevice {
     fn read(&mut self, lba: u64, sectors: u32) -> Result<Nanos, IoError>;
     /// Write `sectors` at `lba` (reliable write when `reliable`); returns the latency.
     fn write(&mut self, lba: u64, sectors: u32, reliable: bool) -> Result<Nanos, IoError>;
+    /// Make every acknowledged write durable; returns the latency.
+    fn flush(&mut self) -> Result<Nanos, IoError>;
+    /// Tell the device `sectors` at `lba` are unused; returns the latency.
+    fn discard(&mut self, lba: u64, sectors: u32) -> Result<Nanos, IoError>;
 }
 
 /// A card of a device model, driven directly over a modelled bus.
@@ -196,6 +204,28 @@ impl BlockDevice for CardDevice {
         self.host
             .card
             .write_data(self.host.now, &self.zeroes[..len])?;
+        self.wait_busy();
+        Ok(self.host.now - start)
+    }
+
+    fn flush(&mut self) -> Result<Nanos, IoError> {
+        let start = self.host.now;
+        if self.host.card.ext_csd()[ext::CACHE_CTRL] & ext::CACHE_EN != 0 {
+            self.host.now += self.request_overhead_ns;
+            let arg = 0x0300_0000 | (ext::FLUSH_CACHE as u32) << 16 | 1 << 8;
+            self.command(6, arg)?;
+            self.wait_busy();
+        }
+        Ok(self.host.now - start)
+    }
+
+    fn discard(&mut self, lba: u64, sectors: u32) -> Result<Nanos, IoError> {
+        self.check_range(lba, sectors)?;
+        let start = self.host.now;
+        self.host.now += self.request_overhead_ns;
+        self.command(35, self.address(lba))?;
+        self.command(36, self.address(lba + u64::from(sectors) - 1))?;
+        self.command(38, DISCARD_ARG)?;
         self.wait_busy();
         Ok(self.host.now - start)
     }

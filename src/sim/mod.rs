@@ -2,4 +2,10 @@
 //! sleeping and without data (the store is data-less), reporting throughput, latency and
 //! the card's counters.
 
+pub mod command;
 pub mod device;
+pub mod histogram;
+pub mod report;
+pub mod rng;
+pub mod trace;
+pub mod workload;

@@ -1,0 +1,91 @@
+//! `vhost-user-emmc simulate` end to end: JSON output, trace replay, argument errors.
+
+use std::process::Command;
+
+fn simulate(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_vhost-user-emmc"))
+        .arg("simulate")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn json(out: &std::process::Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn json_report_counts_every_request_and_replays_by_seed() {
+    let args = [
+        "--workload",
+        "rand-write",
+        "--count",
+        "300",
+        "--bs",
+        "8k",
+        "--seed",
+        "9",
+        "--json",
+    ];
+    let a = json(&simulate(&args));
+    assert_eq!(a["requests"], 300);
+    assert_eq!(a["write"]["ops"], 300);
+    assert_eq!(a["write"]["bytes"], 300 * 8192);
+    assert_eq!(a["errors"], 0);
+    assert!(a["write"]["p50_us"].as_f64().unwrap() > 0.0);
+    let b = json(&simulate(&args));
+    assert_eq!(a, b, "the same seed gives the same run");
+}
+
+#[test]
+fn a_trace_replays_with_its_ops() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.trace");
+    std::fs::write(
+        &path,
+        "0 W 0 4096\n0 W 4096 4096\n1000000 R 0 8192\n2000000 F 0 0\n3000000 D 0 8192\n",
+    )
+    .unwrap();
+    let r = json(&simulate(&[
+        "--workload",
+        "trace",
+        "--trace",
+        path.to_str().unwrap(),
+        "--json",
+    ]));
+    assert_eq!(r["requests"], 5);
+    assert_eq!(r["write"]["ops"], 2);
+    assert_eq!(r["read"]["ops"], 1);
+    assert!(
+        r["card_time_s"].as_f64().unwrap() >= 0.003,
+        "trace times hold requests back"
+    );
+    assert_eq!(r["card"]["flushes"], 1);
+    assert_eq!(r["card"]["erases"], 1);
+}
+
+#[test]
+fn bad_arguments_are_refused_with_a_reason() {
+    for (args, want) in [
+        (
+            vec!["--workload", "seq-write", "--bs", "1000"],
+            "multiple of 512",
+        ),
+        (vec!["--workload", "trace"], "--trace"),
+        (vec!["--workload", "seq-read", "--offset", "100G"], "beyond"),
+        (
+            vec!["--workload", "seq-read", "--model", "no-such-model"],
+            "no-such-model",
+        ),
+    ] {
+        let out = simulate(&args);
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
