@@ -41,6 +41,9 @@ type SectorMap<V> = HashMap<u64, V, BuildHasherDefault<SectorHasher>>;
 pub struct VolatileCache {
     /// Capacity in sectors.
     capacity: usize,
+    /// Keep sector data (false with a store that keeps none: only the bookkeeping of
+    /// which sectors are dirty remains, and slots stay empty).
+    keeps_data: bool,
     /// Sector data, one 512-byte slot each; grows up to `capacity` slots.
     slots: Vec<u8>,
     /// Absolute sector → slot.
@@ -49,12 +52,15 @@ pub struct VolatileCache {
     /// invalidated; they are skipped.
     order: VecDeque<u64>,
     free: Vec<u32>,
+    /// Slots handed out so far.
+    next_slot: u32,
 }
 
 impl VolatileCache {
-    pub fn new(capacity_sectors: u64) -> VolatileCache {
+    pub fn new(capacity_sectors: u64, keeps_data: bool) -> VolatileCache {
         VolatileCache {
             capacity: usize::try_from(capacity_sectors).unwrap_or(usize::MAX),
+            keeps_data,
             ..Default::default()
         }
     }
@@ -86,7 +92,7 @@ impl VolatileCache {
 
     /// Copy cached sectors over `buf`, which holds `buf.len()/512` sectors from `sector`.
     pub fn overlay(&self, sector: u64, buf: &mut [u8]) {
-        if self.index.is_empty() {
+        if self.index.is_empty() || !self.keeps_data {
             return;
         }
         for (i, chunk) in buf.chunks_exact_mut(SECTOR).enumerate() {
@@ -96,29 +102,37 @@ impl VolatileCache {
         }
     }
 
+    /// Data of a slot (empty without data).
     fn slot(&self, slot: u32) -> &[u8] {
         let at = slot as usize * SECTOR;
-        &self.slots[at..at + SECTOR]
+        self.slots.get(at..at + SECTOR).unwrap_or(&[])
     }
 
-    fn slot_mut(&mut self, slot: u32) -> &mut [u8] {
+    fn fill_slot(&mut self, slot: u32, data: &[u8]) {
         let at = slot as usize * SECTOR;
-        &mut self.slots[at..at + SECTOR]
+        if let Some(s) = self.slots.get_mut(at..at + SECTOR) {
+            s.copy_from_slice(data);
+        }
     }
 
-    /// Put `data` (whole sectors) into the cache at `sector`, destaging the oldest sectors
-    /// to `store` when full. Returns the number of sectors destaged.
+    /// Put `count` sectors at `sector` into the cache, `data` holding them (ignored
+    /// without data), destaging the oldest sectors to `store` when full. Returns the number
+    /// of sectors destaged.
     pub fn insert(
         &mut self,
         sector: u64,
+        count: u64,
         data: &[u8],
         store: &mut dyn Store,
     ) -> Result<u64, StoreError> {
         let mut destaged = 0;
-        for (i, chunk) in data.chunks_exact(SECTOR).enumerate() {
-            let s = sector + i as u64;
+        for i in 0..count {
+            let s = sector + i;
+            let chunk = data
+                .get(i as usize * SECTOR..(i as usize + 1) * SECTOR)
+                .unwrap_or(&[]);
             if let Some(&slot) = self.index.get(&s) {
-                self.slot_mut(slot).copy_from_slice(chunk);
+                self.fill_slot(slot, chunk);
                 continue;
             }
             if self.index.len() >= self.capacity {
@@ -127,12 +141,15 @@ impl VolatileCache {
             let slot = match self.free.pop() {
                 Some(slot) => slot,
                 None => {
-                    let slot = (self.slots.len() / SECTOR) as u32;
-                    self.slots.resize(self.slots.len() + SECTOR, 0);
+                    let slot = self.next_slot;
+                    self.next_slot += 1;
+                    if self.keeps_data {
+                        self.slots.resize(self.slots.len() + SECTOR, 0);
+                    }
                     slot
                 }
             };
-            self.slot_mut(slot).copy_from_slice(chunk);
+            self.fill_slot(slot, chunk);
             self.index.insert(s, slot);
             self.order.push_back(s);
         }
@@ -143,8 +160,12 @@ impl VolatileCache {
     fn destage_oldest(&mut self, store: &mut dyn Store) -> Result<u64, StoreError> {
         while let Some(s) = self.order.pop_front() {
             if let Some(slot) = self.index.remove(&s) {
-                let at = slot as usize * SECTOR;
-                if let Err(e) = store.write_at(s * SECTOR as u64, &self.slots[at..at + SECTOR]) {
+                let result = if self.keeps_data {
+                    store.write_at(s * SECTOR as u64, self.slot(slot))
+                } else {
+                    Ok(())
+                };
+                if let Err(e) = result {
                     // Keep the data: it is still not durable.
                     self.index.insert(s, slot);
                     self.order.push_front(s);
@@ -210,7 +231,9 @@ impl VolatileCache {
                 run.extend_from_slice(self.slot(self.index[&sectors[j]]));
                 j += 1;
             }
-            store.write_at(start * SECTOR as u64, &run)?;
+            if self.keeps_data {
+                store.write_at(start * SECTOR as u64, &run)?;
+            }
             for s in &sectors[i..j] {
                 if let Some(slot) = self.index.remove(s) {
                     self.free.push(slot);
@@ -229,6 +252,7 @@ impl VolatileCache {
         self.order.clear();
         self.free.clear();
         self.slots = Vec::new();
+        self.next_slot = 0;
     }
 
     /// The dirty sectors as sorted runs `(first sector, count)`.
@@ -272,8 +296,8 @@ mod tests {
     #[test]
     fn cached_data_is_not_in_the_store_until_flushed() {
         let mut st = store();
-        let mut c = VolatileCache::new(8);
-        c.insert(5, &sector(0xAB), &mut st).unwrap();
+        let mut c = VolatileCache::new(8, true);
+        c.insert(5, 1, &sector(0xAB), &mut st).unwrap();
         assert_eq!(read(&mut st, 5), 0);
         let mut buf = vec![0u8; 1024];
         c.overlay(4, &mut buf);
@@ -287,12 +311,12 @@ mod tests {
     #[test]
     fn a_full_cache_destages_the_oldest_sector() {
         let mut st = store();
-        let mut c = VolatileCache::new(2);
-        c.insert(1, &sector(1), &mut st).unwrap();
-        c.insert(2, &sector(2), &mut st).unwrap();
+        let mut c = VolatileCache::new(2, true);
+        c.insert(1, 1, &sector(1), &mut st).unwrap();
+        c.insert(2, 1, &sector(2), &mut st).unwrap();
         assert_eq!(c.evictions_needed(3, 1), 1);
         assert_eq!(c.evictions_needed(2, 1), 0);
-        assert_eq!(c.insert(3, &sector(3), &mut st).unwrap(), 1);
+        assert_eq!(c.insert(3, 1, &sector(3), &mut st).unwrap(), 1);
         assert_eq!(read(&mut st, 1), 1, "oldest sector was written back");
         assert_eq!(read(&mut st, 2), 0);
         assert!(!c.contains(1) && c.contains(2) && c.contains(3));
@@ -301,13 +325,13 @@ mod tests {
     #[test]
     fn overwrite_in_cache_keeps_one_copy_and_invalidate_forgets() {
         let mut st = store();
-        let mut c = VolatileCache::new(4);
-        c.insert(7, &sector(1), &mut st).unwrap();
-        c.insert(7, &sector(2), &mut st).unwrap();
+        let mut c = VolatileCache::new(4, true);
+        c.insert(7, 1, &sector(1), &mut st).unwrap();
+        c.insert(7, 1, &sector(2), &mut st).unwrap();
         assert_eq!(c.len(), 1);
         c.invalidate(0, 100);
         assert!(c.is_empty());
-        c.insert(7, &sector(3), &mut st).unwrap();
+        c.insert(7, 1, &sector(3), &mut st).unwrap();
         c.invalidate(7, 1);
         assert_eq!(c.flush(&mut st).unwrap(), 0);
         assert_eq!(read(&mut st, 7), 0);
@@ -316,8 +340,8 @@ mod tests {
     #[test]
     fn drop_all_loses_dirty_data() {
         let mut st = store();
-        let mut c = VolatileCache::new(4);
-        c.insert(1, &[9u8; 1024], &mut st).unwrap();
+        let mut c = VolatileCache::new(4, true);
+        c.insert(1, 2, &[9u8; 1024], &mut st).unwrap();
         assert_eq!(c.dirty_runs(), vec![(1, 2)]);
         c.drop_all();
         assert!(c.is_empty());
@@ -328,9 +352,9 @@ mod tests {
     #[test]
     fn order_queue_stays_bounded_under_churn() {
         let mut st = store();
-        let mut c = VolatileCache::new(4);
+        let mut c = VolatileCache::new(4, true);
         for i in 0..10_000u64 {
-            c.insert(i % 3, &sector(i as u8), &mut st).unwrap();
+            c.insert(i % 3, 1, &sector(i as u8), &mut st).unwrap();
             c.invalidate(i % 3, 1);
         }
         assert!(c.order.len() <= 2 * c.index.len() + 65);

@@ -25,6 +25,7 @@ mod erase;
 pub mod ext_csd;
 mod ident;
 mod lock;
+mod one_or_many;
 mod operation;
 pub mod packed;
 pub mod partition;
@@ -207,7 +208,7 @@ impl Card {
         let partitions =
             PartitionTable::new(&layout, [0; 4]).ok_or(CardError::PartitionsDoNotFit)?;
         let rpmb = Rpmb::new(layout.rpmb_bytes, Default::default());
-        let cache = VolatileCache::new(model.cache_blocks());
+        let cache = VolatileCache::new(model.cache_blocks(), store.keeps_data());
         let mut card = Card {
             cid: registers::build_cid(&model.cid, model.ext_csd.ext_csd_rev),
             csd: [0; 16],

@@ -6,6 +6,7 @@
 //! to the granule its reliability mode promises to be atomic.
 
 use super::erase::EraseOp;
+use super::one_or_many::OneOrMany;
 use super::{ext_csd, Card, CardState};
 use crate::timing::{Cost, Nanos, Program, ProgramTarget};
 
@@ -26,12 +27,12 @@ pub(super) struct Segment {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct ProgramOp {
-    pub segments: Vec<Segment>,
+    pub segments: OneOrMany<Segment>,
 }
 
 impl ProgramOp {
     pub fn total_sectors(&self) -> u64 {
-        self.segments.iter().map(|s| s.count).sum()
+        self.segments.as_slice().iter().map(|s| s.count).sum()
     }
 }
 
@@ -126,7 +127,7 @@ impl Card {
 
     fn commit_segments(&mut self, p: &ProgramOp, sectors: u64, medium_only: bool) {
         let mut left = sectors;
-        for seg in &p.segments {
+        for seg in p.segments.as_slice() {
             if left == 0 {
                 break;
             }
@@ -149,7 +150,7 @@ impl Card {
                 }
                 ProgramTarget::Cache => self
                     .cache
-                    .insert(seg.sector, data, self.store.as_mut())
+                    .insert(seg.sector, n, data, self.store.as_mut())
                     .map(|destaged| self.stats.sectors_destaged += destaged),
             };
             if let Err(e) = result {
@@ -168,7 +169,7 @@ impl Card {
     pub(super) fn program_cost(&mut self, p: &ProgramOp, packed: bool) -> Cost {
         let mut cost = Cost::ZERO;
         let mut evictions = 0;
-        for seg in &p.segments {
+        for seg in p.segments.as_slice() {
             if seg.target == ProgramTarget::Cache {
                 evictions += self.cache.evictions_needed(seg.sector, seg.count);
             }
@@ -184,7 +185,7 @@ impl Card {
             );
         }
         if evictions > 0 {
-            let first = p.segments.first().map_or(0, |s| s.sector);
+            let first = p.segments.as_slice().first().map_or(0, |s| s.sector);
             cost += self.timing.destage(
                 self.now,
                 first,
@@ -217,7 +218,7 @@ impl Card {
     fn sectors_landed(p: &ProgramOp, done: u64) -> u64 {
         let mut left = done;
         let mut landed = 0;
-        for seg in &p.segments {
+        for seg in p.segments.as_slice() {
             let n = seg.count.min(left);
             left -= n;
             if n < seg.count {

@@ -2,6 +2,7 @@
 //! 30, 31, 42, 56; packed reads and writes; RPMB frames; reliable write and forced
 //! programming; and the block-level data API ([`Card::read_data`], [`Card::write_data`]).
 
+use super::one_or_many::OneOrMany;
 use super::operation::{OpKind, ProgramOp, Segment};
 use super::packed::{self, Direction, Header, HeaderError};
 use super::partition::Partition;
@@ -69,7 +70,7 @@ impl Sbc {
 pub(super) struct SectorRead {
     partition: Partition,
     /// (partition-relative LBA, count) pieces, in transfer order.
-    pieces: Vec<(u64, u64)>,
+    pieces: OneOrMany<(u64, u64)>,
     piece: usize,
     done_in_piece: u64,
     /// Ends by itself after the last piece (CMD23 count or single block); otherwise runs
@@ -149,7 +150,7 @@ impl Transfer {
     pub(super) fn boot(partition: Partition, sectors: u64) -> Transfer {
         Transfer::ReadSectors(SectorRead {
             partition,
-            pieces: vec![(0, sectors)],
+            pieces: OneOrMany::One((0, sectors)),
             piece: 0,
             done_in_piece: 0,
             bounded: false,
@@ -439,7 +440,7 @@ impl Card {
         };
         self.transfer = Transfer::ReadSectors(SectorRead {
             partition,
-            pieces: vec![(lba, count.unwrap_or(extent.sectors - lba))],
+            pieces: OneOrMany::One((lba, count.unwrap_or(extent.sectors - lba))),
             piece: 0,
             done_in_piece: 0,
             bounded: count.is_some(),
@@ -655,7 +656,13 @@ impl Card {
             }
         }
         self.stats.packed_writes += 1;
-        self.start_program(ProgramOp { segments }, true, Cost::ZERO);
+        self.start_program(
+            ProgramOp {
+                segments: segments.into(),
+            },
+            true,
+            Cost::ZERO,
+        );
     }
 
     /// A packed-read header arrived through CMD25: remember its entries for the CMD18.
@@ -719,7 +726,7 @@ impl Card {
         self.stats.packed_reads += 1;
         self.transfer = Transfer::ReadSectors(SectorRead {
             partition,
-            pieces,
+            pieces: pieces.into(),
             piece: 0,
             done_in_piece: 0,
             bounded: true,
@@ -959,14 +966,14 @@ impl Card {
     fn program_op_for(&self, sw: &SectorWrite) -> ProgramOp {
         let extent = self.partitions.extent(sw.partition);
         ProgramOp {
-            segments: vec![Segment {
+            segments: OneOrMany::One(Segment {
                 sector: extent.start + sw.lba,
                 count: (self.write_buf.len() / SECTOR) as u64,
                 buf_offset: 0,
                 target: sw.target,
                 reliable: sw.reliable,
                 granule: sw.granule,
-            }],
+            }),
         }
     }
 
@@ -1090,8 +1097,11 @@ impl Card {
         }
         let wanted = (buf.len() / SECTOR) as u64;
         if sr.bounded {
-            let remaining: u64 =
-                sr.pieces[sr.piece..].iter().map(|p| p.1).sum::<u64>() - sr.done_in_piece;
+            let remaining: u64 = sr.pieces.as_slice()[sr.piece..]
+                .iter()
+                .map(|p| p.1)
+                .sum::<u64>()
+                - sr.done_in_piece;
             if wanted > remaining {
                 self.transfer = Transfer::ReadSectors(sr);
                 return Err(DataError::PastBlockCount);
@@ -1100,8 +1110,8 @@ impl Card {
         let extent = self.partitions.extent(sr.partition);
         let mut cost = std::mem::take(&mut sr.pending_ns);
         let mut done = 0u64;
-        while done < wanted && sr.piece < sr.pieces.len() {
-            let (lba, count) = sr.pieces[sr.piece];
+        while done < wanted && sr.piece < sr.pieces.as_slice().len() {
+            let (lba, count) = sr.pieces.as_slice()[sr.piece];
             let n = (count - sr.done_in_piece).min(wanted - done);
             let abs = extent.start + lba + sr.done_in_piece;
             let out = &mut buf[done as usize * SECTOR..(done + n) as usize * SECTOR];
@@ -1141,7 +1151,7 @@ impl Card {
                 status: r1::describe(r1::ADDRESS_OUT_OF_RANGE),
             });
         }
-        if sr.bounded && sr.piece == sr.pieces.len() {
+        if sr.bounded && sr.piece == sr.pieces.as_slice().len() {
             self.state = CardState::Tran;
         } else {
             self.transfer = Transfer::ReadSectors(sr);

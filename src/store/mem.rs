@@ -149,6 +149,9 @@ impl Store for NullStore {
         buf.fill(0);
         Ok(())
     }
+    fn keeps_data(&self) -> bool {
+        false
+    }
     fn write_at(&mut self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
         check_bounds(offset, buf.len() as u64, self.layout.total_bytes())
     }

@@ -83,6 +83,11 @@ pub trait Store {
     fn sync(&mut self) -> Result<(), StoreError>;
     /// The card's persistent state as last saved, or `None` for a fresh image.
     fn load_card_state(&self) -> Option<toml::Table>;
+    /// Whether the store keeps data at all. A store that does not (the simulator's) lets
+    /// the card skip copying data it would only throw away.
+    fn keeps_data(&self) -> bool {
+        true
+    }
     /// Replace the card's persistent state durably (write, fsync, rename).
     fn save_card_state(&mut self, state: &toml::Table) -> Result<(), StoreError>;
 }
