@@ -37,6 +37,43 @@ impl Hasher for SectorHasher {
 
 type SectorMap<V> = HashMap<u64, V, BuildHasherDefault<SectorHasher>>;
 
+/// Sectors per cache line: the cache works in 4 KiB lines, each with a mask of the
+/// sectors it holds, so a 4 KiB write is one map operation, not eight.
+const LINE_SECTORS: u64 = 8;
+const LINE_BYTES: usize = LINE_SECTORS as usize * SECTOR;
+
+#[derive(Debug, Clone, Copy)]
+struct Line {
+    /// Bit i: sector (line · 8 + i) is dirty here.
+    mask: u8,
+    slot: u32,
+}
+
+/// The sector mask of `[sector, sector + count)` within the line starting at `line_start`.
+fn mask_in_line(line_start: u64, sector: u64, count: u64) -> u8 {
+    let end = sector.saturating_add(count);
+    if end <= line_start || sector >= line_start + LINE_SECTORS {
+        return 0;
+    }
+    let first = sector.max(line_start) - line_start;
+    let last = end.min(line_start + LINE_SECTORS) - line_start;
+    (((1u16 << last) - (1u16 << first)) & 0xFF) as u8
+}
+
+/// Runs of set bits in `mask` as (first bit, length).
+fn mask_runs(mask: u8) -> impl Iterator<Item = (u64, u64)> {
+    let mut m = mask;
+    std::iter::from_fn(move || {
+        if m == 0 {
+            return None;
+        }
+        let first = m.trailing_zeros();
+        let len = (m >> first).trailing_ones();
+        m &= !(((1u16 << (first + len)) - (1u16 << first)) as u8);
+        Some((u64::from(first), u64::from(len)))
+    })
+}
+
 #[derive(Debug, Default)]
 pub struct VolatileCache {
     /// Capacity in sectors.
@@ -44,12 +81,14 @@ pub struct VolatileCache {
     /// Keep sector data (false with a store that keeps none: only the bookkeeping of
     /// which sectors are dirty remains, and slots stay empty).
     keeps_data: bool,
-    /// Sector data, one 512-byte slot each; grows up to `capacity` slots.
+    /// Dirty sectors.
+    dirty: usize,
+    /// Line data, 4 KiB per slot; only the sectors in a line's mask are meaningful.
     slots: Vec<u8>,
-    /// Absolute sector → slot.
-    index: SectorMap<u32>,
-    /// Insertion order for destaging (oldest first). May hold stale keys that were
-    /// invalidated; they are skipped.
+    /// Line number (absolute sector / 8) → line.
+    index: SectorMap<Line>,
+    /// Lines in insertion order for destaging (oldest first). May hold stale entries of
+    /// lines that were invalidated; they are skipped.
     order: VecDeque<u64>,
     free: Vec<u32>,
     /// Slots handed out so far.
@@ -67,56 +106,64 @@ impl VolatileCache {
 
     /// Number of dirty (not yet durable) sectors.
     pub fn len(&self) -> usize {
-        self.index.len()
+        self.dirty
     }
 
     pub fn is_empty(&self) -> bool {
-        self.index.is_empty()
+        self.dirty == 0
     }
 
     #[cfg(test)]
     pub fn contains(&self, sector: u64) -> bool {
-        self.index.contains_key(&sector)
+        self.index
+            .get(&(sector / LINE_SECTORS))
+            .is_some_and(|l| l.mask & (1 << (sector % LINE_SECTORS)) != 0)
     }
 
-    /// How many sectors would have to be destaged to make room for `[sector, sector+count)`.
+    /// Lines touched by `[sector, sector + count)`: (line number, mask within it).
+    fn lines(sector: u64, count: u64) -> impl Iterator<Item = (u64, u8)> {
+        let first = sector / LINE_SECTORS;
+        let last = (sector + count).div_ceil(LINE_SECTORS);
+        (first..last).map(move |line| (line, mask_in_line(line * LINE_SECTORS, sector, count)))
+    }
+
+    /// How many sectors would have to be destaged to make room for `[sector, sector+count)`
+    /// (write-back happens in whole lines, so a few more may actually go).
     pub fn evictions_needed(&self, sector: u64, count: u64) -> u64 {
         if self.capacity == 0 {
             return 0;
         }
-        let new = (sector..sector + count)
-            .filter(|s| !self.index.contains_key(s))
-            .count();
-        (self.len() + new).saturating_sub(self.capacity) as u64
+        let new: u32 = Self::lines(sector, count)
+            .map(|(line, mask)| {
+                let present = self.index.get(&line).map_or(0, |l| l.mask);
+                (mask & !present).count_ones()
+            })
+            .sum();
+        (self.dirty + new as usize).saturating_sub(self.capacity) as u64
     }
 
     /// Copy cached sectors over `buf`, which holds `buf.len()/512` sectors from `sector`.
     pub fn overlay(&self, sector: u64, buf: &mut [u8]) {
-        if self.index.is_empty() || !self.keeps_data {
+        if self.dirty == 0 || !self.keeps_data {
             return;
         }
-        for (i, chunk) in buf.chunks_exact_mut(SECTOR).enumerate() {
-            if let Some(&slot) = self.index.get(&(sector + i as u64)) {
-                chunk.copy_from_slice(self.slot(slot));
+        let count = (buf.len() / SECTOR) as u64;
+        for (line, mask) in Self::lines(sector, count) {
+            let Some(l) = self.index.get(&line) else {
+                continue;
+            };
+            for (bit, len) in mask_runs(mask & l.mask) {
+                let s = line * LINE_SECTORS + bit;
+                let at = (s - sector) as usize * SECTOR;
+                let from = l.slot as usize * LINE_BYTES + bit as usize * SECTOR;
+                let n = len as usize * SECTOR;
+                buf[at..at + n].copy_from_slice(&self.slots[from..from + n]);
             }
         }
     }
 
-    /// Data of a slot (empty without data).
-    fn slot(&self, slot: u32) -> &[u8] {
-        let at = slot as usize * SECTOR;
-        self.slots.get(at..at + SECTOR).unwrap_or(&[])
-    }
-
-    fn fill_slot(&mut self, slot: u32, data: &[u8]) {
-        let at = slot as usize * SECTOR;
-        if let Some(s) = self.slots.get_mut(at..at + SECTOR) {
-            s.copy_from_slice(data);
-        }
-    }
-
     /// Put `count` sectors at `sector` into the cache, `data` holding them (ignored
-    /// without data), destaging the oldest sectors to `store` when full. Returns the number
+    /// without data), destaging the oldest lines to `store` when full. Returns the number
     /// of sectors destaged.
     pub fn insert(
         &mut self,
@@ -126,90 +173,145 @@ impl VolatileCache {
         store: &mut dyn Store,
     ) -> Result<u64, StoreError> {
         let mut destaged = 0;
-        for i in 0..count {
-            let s = sector + i;
-            let chunk = data
-                .get(i as usize * SECTOR..(i as usize + 1) * SECTOR)
-                .unwrap_or(&[]);
-            if let Some(&slot) = self.index.get(&s) {
-                self.fill_slot(slot, chunk);
-                continue;
+        for (line, mask) in Self::lines(sector, count) {
+            let line_start = line * LINE_SECTORS;
+            let existing = self.index.get(&line).copied();
+            let new = (mask & !existing.map_or(0, |l| l.mask)).count_ones() as usize;
+            while self.dirty + new > self.capacity && self.dirty > 0 {
+                let before = self.dirty;
+                destaged += self.destage_oldest(store, line)?;
+                if self.dirty == before {
+                    break;
+                }
             }
-            if self.index.len() >= self.capacity {
-                destaged += self.destage_oldest(store)?;
-            }
-            let slot = match self.free.pop() {
-                Some(slot) => slot,
+            let slot = match self.index.get_mut(&line) {
+                Some(l) => {
+                    l.mask |= mask;
+                    l.slot
+                }
                 None => {
-                    let slot = self.next_slot;
-                    self.next_slot += 1;
-                    if self.keeps_data {
-                        self.slots.resize(self.slots.len() + SECTOR, 0);
-                    }
+                    let slot = match self.free.pop() {
+                        Some(slot) => slot,
+                        None => {
+                            let slot = self.next_slot;
+                            self.next_slot += 1;
+                            if self.keeps_data {
+                                self.slots.resize(self.slots.len() + LINE_BYTES, 0);
+                            }
+                            slot
+                        }
+                    };
+                    self.index.insert(line, Line { mask, slot });
+                    self.order.push_back(line);
                     slot
                 }
             };
-            self.fill_slot(slot, chunk);
-            self.index.insert(s, slot);
-            self.order.push_back(s);
+            self.dirty += new;
+            if self.keeps_data {
+                for (bit, len) in mask_runs(mask) {
+                    let s = line_start + bit;
+                    let from = (s - sector) as usize * SECTOR;
+                    let n = len as usize * SECTOR;
+                    if let Some(src) = data.get(from..from + n) {
+                        let to = slot as usize * LINE_BYTES + bit as usize * SECTOR;
+                        self.slots[to..to + n].copy_from_slice(src);
+                    }
+                }
+            }
         }
         self.compact_order();
         Ok(destaged)
     }
 
-    fn destage_oldest(&mut self, store: &mut dyn Store) -> Result<u64, StoreError> {
-        while let Some(s) = self.order.pop_front() {
-            if let Some(slot) = self.index.remove(&s) {
-                let result = if self.keeps_data {
-                    store.write_at(s * SECTOR as u64, self.slot(slot))
-                } else {
-                    Ok(())
-                };
-                if let Err(e) = result {
-                    // Keep the data: it is still not durable.
-                    self.index.insert(s, slot);
-                    self.order.push_front(s);
-                    return Err(e);
-                }
-                self.free.push(slot);
-                return Ok(1);
+    /// Write the oldest line (other than `keep`, the one being filled) back to the store.
+    fn destage_oldest(&mut self, store: &mut dyn Store, keep: u64) -> Result<u64, StoreError> {
+        let mut skipped = None;
+        let mut result = Ok(0);
+        while let Some(line) = self.order.pop_front() {
+            if line == keep {
+                skipped = Some(line);
+                continue;
             }
+            let Some(l) = self.index.get(&line).copied() else {
+                continue;
+            };
+            if let Err(e) = self.write_line(store, line, l) {
+                self.order.push_front(line);
+                result = Err(e);
+                break;
+            }
+            self.index.remove(&line);
+            self.free.push(l.slot);
+            let n = l.mask.count_ones() as usize;
+            self.dirty -= n;
+            result = Ok(n as u64);
+            break;
         }
-        Ok(0)
+        if let Some(line) = skipped {
+            self.order.push_front(line);
+        }
+        result
     }
 
-    /// Drop stale keys from the order queue when it grows well past the live entries.
+    fn write_line(&self, store: &mut dyn Store, line: u64, l: Line) -> Result<(), StoreError> {
+        if !self.keeps_data {
+            return Ok(());
+        }
+        for (bit, len) in mask_runs(l.mask) {
+            let from = l.slot as usize * LINE_BYTES + bit as usize * SECTOR;
+            let n = len as usize * SECTOR;
+            store.write_at(
+                (line * LINE_SECTORS + bit) * SECTOR as u64,
+                &self.slots[from..from + n],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Drop stale lines from the order queue when it grows well past the live entries.
     fn compact_order(&mut self) {
         if self.order.len() > 2 * self.index.len() + 64 {
             let index = &self.index;
             let mut seen: SectorMap<()> = SectorMap::default();
             self.order
-                .retain(|s| index.contains_key(s) && seen.insert(*s, ()).is_none());
+                .retain(|l| index.contains_key(l) && seen.insert(*l, ()).is_none());
+        }
+    }
+
+    fn clear_mask(&mut self, line: u64, mask: u8) {
+        if let Some(l) = self.index.get_mut(&line) {
+            let gone = l.mask & mask;
+            l.mask &= !mask;
+            self.dirty -= gone.count_ones() as usize;
+            if l.mask == 0 {
+                let slot = l.slot;
+                self.index.remove(&line);
+                self.free.push(slot);
+            }
         }
     }
 
     /// Forget cached sectors in `[sector, sector+count)` (they were overwritten on the
     /// medium or erased).
     pub fn invalidate(&mut self, sector: u64, count: u64) {
-        if self.index.is_empty() || count == 0 {
+        if self.dirty == 0 || count == 0 {
             return;
         }
-        let end = sector.saturating_add(count);
-        if count as usize > self.index.len() {
-            let mut gone = Vec::new();
-            self.index.retain(|&s, slot| {
-                let keep = s < sector || s >= end;
-                if !keep {
-                    gone.push(*slot);
-                }
-                keep
-            });
-            self.free.extend(gone);
+        let count = count.min(u64::MAX - sector);
+        let lines_in_range = count / LINE_SECTORS + 2;
+        if lines_in_range as usize > self.index.len() {
+            let touched: Vec<u64> = self
+                .index
+                .keys()
+                .copied()
+                .filter(|&line| mask_in_line(line * LINE_SECTORS, sector, count) != 0)
+                .collect();
+            for line in touched {
+                self.clear_mask(line, mask_in_line(line * LINE_SECTORS, sector, count));
+            }
         } else {
-            for s in sector..end {
-                if let Some(slot) = self.index.remove(&s) {
-                    self.free.push(slot);
-                }
+            for (line, mask) in Self::lines(sector, count) {
+                self.clear_mask(line, mask);
             }
         }
         self.compact_order();
@@ -218,29 +320,20 @@ impl VolatileCache {
     /// Write every dirty sector to `store`, in sector order, coalescing runs. Returns the
     /// number of sectors written. On error the sectors not yet written stay cached.
     pub fn flush(&mut self, store: &mut dyn Store) -> Result<u64, StoreError> {
-        let mut sectors: Vec<u64> = self.index.keys().copied().collect();
-        sectors.sort_unstable();
-        let mut run: Vec<u8> = Vec::new();
+        let runs = self.dirty_runs();
+        let mut buf: Vec<u8> = Vec::new();
         let mut written = 0u64;
-        let mut i = 0;
-        while i < sectors.len() {
-            let start = sectors[i];
-            let mut j = i;
-            run.clear();
-            while j < sectors.len() && sectors[j] == start + (j - i) as u64 {
-                run.extend_from_slice(self.slot(self.index[&sectors[j]]));
-                j += 1;
-            }
+        for (start, count) in runs {
             if self.keeps_data {
-                store.write_at(start * SECTOR as u64, &run)?;
+                buf.clear();
+                buf.resize(count as usize * SECTOR, 0);
+                self.overlay(start, &mut buf);
+                store.write_at(start * SECTOR as u64, &buf)?;
             }
-            for s in &sectors[i..j] {
-                if let Some(slot) = self.index.remove(s) {
-                    self.free.push(slot);
-                }
+            for (line, mask) in Self::lines(start, count) {
+                self.clear_mask(line, mask);
             }
-            written += (j - i) as u64;
-            i = j;
+            written += count;
         }
         self.order.clear();
         Ok(written)
@@ -253,17 +346,21 @@ impl VolatileCache {
         self.free.clear();
         self.slots = Vec::new();
         self.next_slot = 0;
+        self.dirty = 0;
     }
 
     /// The dirty sectors as sorted runs `(first sector, count)`.
     pub fn dirty_runs(&self) -> Vec<(u64, u64)> {
-        let mut sectors: Vec<u64> = self.index.keys().copied().collect();
-        sectors.sort_unstable();
+        let mut lines: Vec<(u64, u8)> = self.index.iter().map(|(&k, l)| (k, l.mask)).collect();
+        lines.sort_unstable();
         let mut runs: Vec<(u64, u64)> = Vec::new();
-        for s in sectors {
-            match runs.last_mut() {
-                Some((start, n)) if *start + *n == s => *n += 1,
-                _ => runs.push((s, 1)),
+        for (line, mask) in lines {
+            for (bit, len) in mask_runs(mask) {
+                let s = line * LINE_SECTORS + bit;
+                match runs.last_mut() {
+                    Some((start, n)) if *start + *n == s => *n += len,
+                    _ => runs.push((s, len)),
+                }
             }
         }
         runs
@@ -309,17 +406,26 @@ mod tests {
     }
 
     #[test]
-    fn a_full_cache_destages_the_oldest_sector() {
+    fn a_full_cache_destages_the_oldest_line() {
         let mut st = store();
-        let mut c = VolatileCache::new(2, true);
-        c.insert(1, 1, &sector(1), &mut st).unwrap();
-        c.insert(2, 1, &sector(2), &mut st).unwrap();
-        assert_eq!(c.evictions_needed(3, 1), 1);
-        assert_eq!(c.evictions_needed(2, 1), 0);
-        assert_eq!(c.insert(3, 1, &sector(3), &mut st).unwrap(), 1);
-        assert_eq!(read(&mut st, 1), 1, "oldest sector was written back");
-        assert_eq!(read(&mut st, 2), 0);
-        assert!(!c.contains(1) && c.contains(2) && c.contains(3));
+        let mut c = VolatileCache::new(16, true);
+        c.insert(8, 8, &[1u8; 4096], &mut st).unwrap();
+        c.insert(16, 8, &[2u8; 4096], &mut st).unwrap();
+        assert_eq!(c.evictions_needed(24, 1), 1);
+        assert_eq!(
+            c.evictions_needed(16, 8),
+            0,
+            "rewriting cached sectors needs no room"
+        );
+        assert_eq!(
+            c.insert(24, 1, &sector(3), &mut st).unwrap(),
+            8,
+            "a whole line goes"
+        );
+        assert_eq!(read(&mut st, 8), 1, "oldest line was written back");
+        assert_eq!(read(&mut st, 16), 0);
+        assert!(!c.contains(8) && c.contains(16) && c.contains(24));
+        assert_eq!(c.len(), 9);
     }
 
     #[test]
@@ -347,6 +453,60 @@ mod tests {
         assert!(c.is_empty());
         assert_eq!(c.flush(&mut st).unwrap(), 0);
         assert_eq!(read(&mut st, 1), 0);
+    }
+
+    #[test]
+    fn line_masks_and_runs() {
+        assert_eq!(mask_in_line(8, 10, 3), 0b0001_1100);
+        assert_eq!(mask_in_line(8, 0, 100), 0xFF);
+        assert_eq!(mask_in_line(8, 16, 4), 0);
+        assert_eq!(mask_in_line(800, 0, 4), 0, "a range ending before the line");
+        assert_eq!(
+            mask_runs(0b1011_0110).collect::<Vec<_>>(),
+            vec![(1, 2), (4, 2), (7, 1)]
+        );
+        assert_eq!(mask_runs(0xFF).collect::<Vec<_>>(), vec![(0, 8)]);
+    }
+
+    #[test]
+    fn partial_lines_keep_exactly_their_sectors() {
+        let mut st = store();
+        let mut c = VolatileCache::new(64, true);
+        // Sectors 6..11 straddle two lines.
+        let data: Vec<u8> = (0..5 * 512).map(|i| (i / 512 + 1) as u8).collect();
+        c.insert(6, 5, &data, &mut st).unwrap();
+        assert_eq!(c.len(), 5);
+        assert_eq!(c.dirty_runs(), vec![(6, 5)]);
+        let mut buf = vec![0u8; 16 * 512];
+        c.overlay(0, &mut buf);
+        for s in 0..16 {
+            let want = if (6..11).contains(&s) { s as u8 - 5 } else { 0 };
+            assert_eq!(buf[s * 512], want, "sector {s}");
+        }
+        c.invalidate(7, 2);
+        assert_eq!(c.dirty_runs(), vec![(6, 1), (9, 2)]);
+        assert_eq!(c.flush(&mut st).unwrap(), 3);
+        assert_eq!(
+            (read(&mut st, 6), read(&mut st, 7), read(&mut st, 9)),
+            (1, 0, 4)
+        );
+        assert!(c.is_empty());
+    }
+
+    #[test]
+    fn without_data_only_the_bookkeeping_remains() {
+        let mut st = store();
+        let mut c = VolatileCache::new(16, false);
+        c.insert(0, 8, &[], &mut st).unwrap();
+        c.insert(8, 8, &[], &mut st).unwrap();
+        assert_eq!(c.len(), 16);
+        assert_eq!(
+            c.insert(16, 8, &[], &mut st).unwrap(),
+            8,
+            "the oldest line goes"
+        );
+        assert_eq!(c.dirty_runs(), vec![(8, 16)]);
+        assert!(c.slots.is_empty());
     }
 
     #[test]
