@@ -1,4 +1,7 @@
-//! The host side: what a host controller and its driver do to a card. `mmc` holds the MMC
-//! core operations (bring-up, switch, status, block transfers) named as in Linux.
+//! The host side: what a host controller and its driver do to a card. `sdhci` is the
+//! SDHCI v3.00 controller that executes one MMC request on the bus; `mmc` holds the MMC
+//! core operations (bring-up, switch, status, block transfers) named as in Linux, sending
+//! every command through the controller.
 
 pub mod mmc;
+pub mod sdhci;
