@@ -75,6 +75,9 @@ mod adma;
 pub mod regs;
 mod timeout;
 
+#[cfg(test)]
+mod tests;
+
 use crate::card::{Card, Command, DataError, PowerDown, Response};
 use crate::model::HostModel;
 use crate::timing::bus::{ResponseLength, COMMAND_BITS};
