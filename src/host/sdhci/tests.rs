@@ -227,6 +227,14 @@ fn clock_above_the_card_timing_gives_cmd_crc_then_card_crc_errors() {
     assert_eq!(done.cmd.error, Some(SdhciError::CmdCrc));
     assert!(done.int_status.has_error(error_int::CMD_CRC));
     assert!(!done.int_status.has(normal_int::CMD_COMPLETE));
+    // An Auto CMD23 the host cannot read is an Auto CMD error; the command stays unsent.
+    let mut buf = vec![0u8; 1024];
+    let done = read(&mut s, 0, &mut buf);
+    let sbc = done.sbc.unwrap();
+    assert!(sbc.auto && sbc.error == Some(SdhciError::CmdCrc));
+    assert!(done.int_status.has_error(error_int::AUTO_CMD_ERR));
+    assert_eq!(done.auto_cmd_err, auto_cmd_err::CRC);
+    assert!(!done.cmd.issued);
     // A data command's CMD_CRC is a data error: nothing moves, the stop goes out (and
     // reaches the card, whose answer the host cannot read either).
     let mut buf = vec![0u8; 1024];
