@@ -304,7 +304,6 @@ impl MmcHost {
     /// `__mmc_switch`: CMD6 with the byte's busy time-out, as R1b when the controller can
     /// wait that long and as R1 with DAT0 polling otherwise; then the host timing change,
     /// then (with `send_status`) CMD13 and its SWITCH_ERROR check.
-    #[allow(non_snake_case)]
     fn __mmc_switch(
         &mut self,
         index: usize,
