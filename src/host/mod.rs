@@ -1,9 +1,11 @@
 //! The host side: what a host controller and its driver do to a card.
 //!
+//! - `sdhci`: the SDHCI v3.00 controller that executes one MMC request on the bus;
 //! - `mmc`: the MMC core operations (bring-up, switch, status, block transfers), named as
-//!   in Linux;
+//!   in Linux, sending every command through the controller;
 //! - `packing`: which queued block requests form a packed command, and write packing
 //!   control (seed 000).
 
 pub mod mmc;
 pub mod packing;
+pub mod sdhci;
