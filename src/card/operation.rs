@@ -142,7 +142,19 @@ impl Card {
             if medium_only && seg.target != ProgramTarget::Medium {
                 continue;
             }
-            let data = &self.write_buf[seg.buf_offset..seg.buf_offset + n as usize * 512];
+            // Without a data-keeping store the write buffer holds no sector data.
+            let data = match self
+                .write_buf
+                .get(seg.buf_offset..seg.buf_offset + n as usize * 512)
+            {
+                Some(data) => data,
+                None if !self.store.keeps_data() => &[],
+                None => {
+                    log::error!("write buffer holds less than the {n} sectors to program");
+                    self.status |= super::r1::ERROR;
+                    return;
+                }
+            };
             let result = match seg.target {
                 ProgramTarget::Medium => {
                     self.cache.invalidate(seg.sector, n);

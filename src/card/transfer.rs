@@ -92,6 +92,9 @@ pub(super) struct SectorWrite {
     count: Option<u64>,
     /// Blocks received so far.
     received: u64,
+    /// Blocks received since the write buffer was last programmed (the write buffer holds
+    /// their data when the store keeps data, or for a packed command's header).
+    buffered: u64,
     target: ProgramTarget,
     reliable: bool,
     granule: u64,
@@ -498,6 +501,7 @@ impl Card {
             lba,
             count,
             received: 0,
+            buffered: 0,
             target,
             reliable: sbc.reliable,
             granule,
@@ -548,6 +552,7 @@ impl Card {
             lba: 0,
             count: Some(u64::from(sbc.count)),
             received: 0,
+            buffered: 0,
             target: ProgramTarget::Medium,
             reliable: false,
             granule: 1,
@@ -918,7 +923,7 @@ impl Card {
         if sw.count.is_none() {
             // Open-ended: each block is checked as it arrives.
             let extent = self.partitions.extent(sw.partition);
-            let first = sw.lba + (self.write_buf.len() / SECTOR) as u64;
+            let first = sw.lba + sw.buffered;
             for i in 0..n {
                 let lba = first + i;
                 if lba >= extent.sectors {
@@ -932,9 +937,12 @@ impl Card {
                 }
             }
         }
-        self.write_buf
-            .extend_from_slice(&buf[..accepted as usize * SECTOR]);
+        if self.store.keeps_data() || sw.packed {
+            self.write_buf
+                .extend_from_slice(&buf[..accepted as usize * SECTOR]);
+        }
         sw.received += accepted;
+        sw.buffered += accepted;
         if refusal != 0 {
             self.status |= refusal;
             sw.failed = true;
@@ -945,12 +953,13 @@ impl Card {
                 status: r1::describe(refusal),
             });
         }
-        if sw.count.is_none() && self.write_buf.len() >= OPEN_ENDED_STAGING {
+        if sw.count.is_none() && sw.buffered * SECTOR as u64 >= OPEN_ENDED_STAGING as u64 {
             // Program what has streamed in so far; the rest keeps coming.
             let op = self.program_op_for(&sw);
             sw.staged_cost += self.program_cost(&op, false);
             self.commit_program(&op, op.total_sectors());
-            sw.lba += (self.write_buf.len() / SECTOR) as u64;
+            sw.lba += sw.buffered;
+            sw.buffered = 0;
             self.write_buf.clear();
         }
         let complete = sw.count == Some(sw.received);
@@ -968,7 +977,7 @@ impl Card {
         ProgramOp {
             segments: OneOrMany::One(Segment {
                 sector: extent.start + sw.lba,
-                count: (self.write_buf.len() / SECTOR) as u64,
+                count: sw.buffered,
                 buf_offset: 0,
                 target: sw.target,
                 reliable: sw.reliable,

@@ -424,7 +424,13 @@ pub struct SdhciHost {
     response: [u32; 4],
     staging: Vec<u8>,
     table: Vec<AdmaDesc>,
+    /// The card's CSD and the data time-outs derived from it (read, write), as the MMC
+    /// core decodes them once rather than per request.
+    data_timeouts: Option<([u8; 16], DataTimeouts)>,
 }
+
+/// `(timeout_ns, timeout_clks)` for reads and for writes.
+type DataTimeouts = [(u64, u32); 2];
 
 /// Which role a command has in a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -445,6 +451,7 @@ impl SdhciHost {
             response: [0; 4],
             staging: Vec::new(),
             table: Vec::new(),
+            data_timeouts: None,
         };
         host.actual_clock = host.sdclk(host.ios.clock);
         host
@@ -729,7 +736,19 @@ impl<'h> Run<'h> {
                 return;
             }
             if d.timeout_ns == 0 && d.timeout_clks == 0 {
-                let (ns, clks) = mmc_data_timeout(&self.card.csd(), d.direction);
+                let csd = self.card.csd();
+                let timeouts = match self.host.data_timeouts {
+                    Some((cached, t)) if cached == csd => t,
+                    _ => {
+                        let t = [
+                            mmc_data_timeout(&csd, DataDirection::Read),
+                            mmc_data_timeout(&csd, DataDirection::Write),
+                        ];
+                        self.host.data_timeouts = Some((csd, t));
+                        t
+                    }
+                };
+                let (ns, clks) = timeouts[usize::from(d.direction == DataDirection::Write)];
                 d.timeout_ns = ns;
                 d.timeout_clks = clks;
             }
@@ -1077,6 +1096,14 @@ impl<'h> Run<'h> {
         if problem.is_none() && card_len != blksz {
             problem = Some("block size differs from the card's");
         }
+        // One plain-memory segment holding exactly the transfer: the DMA engine's view and
+        // the card's are the same bytes, so skip the staging copy.
+        let direct = problem.is_none() && d.sg.len() == 1 && d.sg[0].len() == len;
+        if direct && !read {
+            if let Some(data) = d.sg[0].as_slice() {
+                return self.write_blocks(data, blksz, blocks, &bus, per_block, budget);
+            }
+        }
         let mut staging = std::mem::take(&mut self.host.staging);
         let result = if read {
             match problem {
@@ -1134,8 +1161,14 @@ impl<'h> Run<'h> {
         budget: Nanos,
     ) -> Result<(), SdhciError> {
         let blksz = d.blksz as usize;
-        staging.resize(len, 0);
-        match self.card.read_data(self.now, &mut staging[..len]) {
+        let direct = d.sg.len() == 1 && d.sg[0].len() == len && d.sg[0].as_mut_slice().is_some();
+        let target: &mut [u8] = if direct {
+            d.sg[0].as_mut_slice().expect("checked: plain memory")
+        } else {
+            staging.resize(len, 0);
+            &mut staging[..len]
+        };
+        match self.card.read_data(self.now, target) {
             Ok(internal) => {
                 if internal > budget {
                     log::debug!("read access of {internal} ns exceeds the {budget} ns time-out");
@@ -1146,6 +1179,9 @@ impl<'h> Run<'h> {
                     .saturating_add(internal)
                     .saturating_add(bus.read_ns(blksz, u64::from(d.blocks)));
                 self.card.advance(self.now);
+                if direct {
+                    return Ok(());
+                }
                 adma::scatter(&self.host.table, d.sg, &staging[..len])
                     .map_err(|status| self.adma_error(status))
             }

@@ -1,17 +1,21 @@
 //! What a simulator workload sees: a block device whose every request takes card time.
 //!
-//! [`CardDevice`] is a card of a device model on a data-less store, brought up in the bus
-//! mode of the model's `[host]` section, with each block request executed as Linux's MMC
-//! block driver would issue it (CMD23 + CMD18/CMD25, or CMD17/CMD24 for one block) and
-//! timed as the bus and the card's timing model say: host overhead, command exchanges,
-//! data blocks on the bus, the card's access and programming time.
+//! [`CardDevice`] is a card of a device model on a data-less store behind the SDHCI
+//! controller model, brought up in the bus mode of the model's `[host]` section, with each
+//! block request issued as Linux's MMC block driver would (CMD23 + CMD18/CMD25, or
+//! CMD17/CMD24 for one block) and timed as the controller, the bus and the card's timing
+//! model say: host overhead, command exchanges, data blocks on the bus, the card's access
+//! and programming time.
 
+use crate::card::command::ResponseType;
 use crate::card::ext_csd as ext;
-use crate::card::{r1, Card, CardError, Command, Response};
-use crate::host::mmc::{HostCaps, MmcError, MmcHost};
-use crate::model::{BusTiming, DeviceModel};
+use crate::card::{r1, Card, CardError};
+use crate::host::mmc::{HostCaps, MmcError, MmcHost, MMC_CMD23_ARG_REL_WR};
+use crate::host::sdhci::{
+    MmcCommand, MmcData, MmcRequest, SdhciCompletion, SdhciConfig, SdhciError,
+};
+use crate::model::DeviceModel;
 use crate::store::NullStore;
-use crate::timing::bus::ResponseLength;
 use crate::timing::{Bus, Nanos};
 
 /// CMD38 argument for a discard.
@@ -24,8 +28,8 @@ pub enum IoError {
     Card(#[from] CardError),
     #[error("bring-up: {0}")]
     BringUp(#[from] MmcError),
-    #[error("CMD{cmd} got no response")]
-    Timeout { cmd: u8 },
+    #[error("CMD{cmd}: host controller error {error:?}")]
+    Host { cmd: u8, error: SdhciError },
     #[error("CMD{cmd}: status {desc}", desc = r1::describe(*status))]
     Status { cmd: u8, status: u32 },
     #[error("data phase: {0}")]
@@ -52,15 +56,18 @@ pub trait BlockDevice {
     fn discard(&mut self, lba: u64, sectors: u32) -> Result<Nanos, IoError>;
 }
 
-/// A card of a device model, driven directly over a modelled bus.
+/// A card of a device model behind the SDHCI controller model.
 pub struct CardDevice {
     host: MmcHost,
-    bus: Bus,
-    request_overhead_ns: Nanos,
     /// Zeroes to send as write data (the store keeps no data).
     zeroes: Vec<u8>,
     scratch: Vec<u8>,
     sectors: u64,
+}
+
+/// CMD23 / CMD17 / CMD18 / CMD24 / CMD25 / CMD12 as Linux's block driver sends them.
+fn r1(opcode: u8, arg: u32) -> MmcCommand {
+    MmcCommand::new(opcode, arg, ResponseType::R1)
 }
 
 impl CardDevice {
@@ -71,17 +78,13 @@ impl CardDevice {
         CardDevice::with_card(card, model)
     }
 
-    /// Drive an existing card (any store, any timing) in the bus mode of `model.host`.
+    /// Drive an existing card (any store, any timing) with the host of `model.host`.
     pub fn with_card(card: Card, model: &DeviceModel) -> Result<CardDevice, IoError> {
-        let mut host = MmcHost::new(card);
+        let mut host = MmcHost::with_config(card, SdhciConfig::for_model(&model.host));
         host.mmc_init_card(&HostCaps::for_model(&model.host))?;
-        let h = &model.host;
-        let bus = Bus::new(h.clock_hz, h.bus_width, h.timing == BusTiming::Ddr52);
         let sectors = host.card.partition_sectors(crate::card::Partition::User);
         Ok(CardDevice {
             host,
-            bus,
-            request_overhead_ns: h.request_overhead_ns,
             zeroes: Vec::new(),
             scratch: Vec::new(),
             sectors,
@@ -96,27 +99,14 @@ impl CardDevice {
         &mut self.host.card
     }
 
+    /// The bus as the host has set it up.
     pub fn bus(&self) -> Bus {
-        self.bus
-    }
-
-    fn command(&mut self, index: u8, arg: u32) -> Result<u32, IoError> {
-        self.host.now += self.bus.command_ns(ResponseLength::Short);
-        match self
-            .host
-            .card
-            .execute(self.host.now, Command::new(index, arg))
-        {
-            Some(Response::R1(s)) | Some(Response::R1b(s)) if s & r1::ERRORS == 0 => Ok(s),
-            Some(Response::R1(status)) | Some(Response::R1b(status)) => {
-                Err(IoError::Status { cmd: index, status })
-            }
-            _ => Err(IoError::Timeout { cmd: index }),
-        }
+        self.host.sdhci.bus()
     }
 
     fn check_range(&self, lba: u64, sectors: u32) -> Result<(), IoError> {
         if sectors == 0
+            || sectors > 65_535
             || lba
                 .checked_add(u64::from(sectors))
                 .is_none_or(|end| end > self.sectors)
@@ -138,11 +128,32 @@ impl CardDevice {
         }
     }
 
-    fn wait_busy(&mut self) {
-        if let Some(end) = self.host.card.busy_until() {
-            self.host.now = self.host.now.max(end);
+    /// Turn a completion into the request's outcome: controller errors first, then the
+    /// card's R1 error bits.
+    fn outcome(done: &SdhciCompletion) -> Result<(), IoError> {
+        if let Some(error) = done.error() {
+            let cmd = [done.sbc.as_ref(), Some(&done.cmd), done.stop.as_ref()]
+                .into_iter()
+                .flatten()
+                .find(|c| c.error.is_some())
+                .map_or(done.cmd.opcode, |c| c.opcode);
+            return Err(IoError::Host { cmd, error });
         }
-        self.host.card.advance(self.host.now);
+        for c in [done.sbc.as_ref(), Some(&done.cmd)].into_iter().flatten() {
+            if c.issued && c.resp[0] & r1::ERRORS != 0 {
+                return Err(IoError::Status {
+                    cmd: c.opcode,
+                    status: c.resp[0],
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Send a command without data and wait for its busy period.
+    fn command(&mut self, cmd: MmcCommand) -> Result<(), IoError> {
+        let done = self.host.mmc_wait_for_req(MmcRequest::command(cmd));
+        Self::outcome(&done)
     }
 }
 
@@ -163,58 +174,64 @@ impl BlockDevice for CardDevice {
     fn read(&mut self, lba: u64, sectors: u32) -> Result<Nanos, IoError> {
         self.check_range(lba, sectors)?;
         let start = self.host.now;
-        self.host.now += self.request_overhead_ns;
-        if sectors == 1 {
-            self.command(17, self.address(lba))?;
-        } else {
-            self.command(23, sectors)?;
-            self.command(18, self.address(lba))?;
-        }
         let len = sectors as usize * 512;
         self.scratch.resize(len, 0);
-        let internal = self
-            .host
-            .card
-            .read_data(self.host.now, &mut self.scratch[..len])?;
-        self.host.now += internal + self.bus.read_ns(512, u64::from(sectors));
-        self.host.card.advance(self.host.now);
+        let address = self.address(lba);
+        let mut sg = [&mut self.scratch[..len]];
+        let mrq = if sectors == 1 {
+            MmcRequest {
+                sbc: None,
+                cmd: r1(17, address),
+                data: Some(MmcData::read(512, 1, &mut sg)),
+                stop: None,
+            }
+        } else {
+            MmcRequest {
+                sbc: Some(r1(23, sectors)),
+                cmd: r1(18, address),
+                data: Some(MmcData::read(512, sectors, &mut sg)),
+                stop: Some(r1(12, 0)),
+            }
+        };
+        let done = self.host.mmc_wait_for_req(mrq);
+        Self::outcome(&done)?;
         Ok(self.host.now - start)
     }
 
     fn write(&mut self, lba: u64, sectors: u32, reliable: bool) -> Result<Nanos, IoError> {
         self.check_range(lba, sectors)?;
         let start = self.host.now;
-        self.host.now += self.request_overhead_ns;
-        if sectors == 1 && !reliable {
-            self.command(24, self.address(lba))?;
-        } else {
-            let flags = if reliable {
-                crate::host::mmc::MMC_CMD23_ARG_REL_WR
-            } else {
-                0
-            };
-            self.command(23, sectors | flags)?;
-            self.command(25, self.address(lba))?;
-        }
         let len = sectors as usize * 512;
         if self.zeroes.len() < len {
             self.zeroes.resize(len, 0);
         }
-        self.host.now += self.bus.write_ns(512, u64::from(sectors));
-        self.host
-            .card
-            .write_data(self.host.now, &self.zeroes[..len])?;
-        self.wait_busy();
+        let address = self.address(lba);
+        let mut sg = [&self.zeroes[..len]];
+        let mrq = if sectors == 1 && !reliable {
+            MmcRequest {
+                sbc: None,
+                cmd: r1(24, address),
+                data: Some(MmcData::write(512, 1, &mut sg)),
+                stop: None,
+            }
+        } else {
+            let flags = if reliable { MMC_CMD23_ARG_REL_WR } else { 0 };
+            MmcRequest {
+                sbc: Some(r1(23, sectors | flags)),
+                cmd: r1(25, address),
+                data: Some(MmcData::write(512, sectors, &mut sg)),
+                stop: Some(MmcCommand::new(12, 0, ResponseType::R1b)),
+            }
+        };
+        let done = self.host.mmc_wait_for_req(mrq);
+        Self::outcome(&done)?;
         Ok(self.host.now - start)
     }
 
     fn flush(&mut self) -> Result<Nanos, IoError> {
         let start = self.host.now;
         if self.host.card.ext_csd()[ext::CACHE_CTRL] & ext::CACHE_EN != 0 {
-            self.host.now += self.request_overhead_ns;
-            let arg = 0x0300_0000 | (ext::FLUSH_CACHE as u32) << 16 | 1 << 8;
-            self.command(6, arg)?;
-            self.wait_busy();
+            self.host.mmc_flush_cache()?;
         }
         Ok(self.host.now - start)
     }
@@ -222,11 +239,9 @@ impl BlockDevice for CardDevice {
     fn discard(&mut self, lba: u64, sectors: u32) -> Result<Nanos, IoError> {
         self.check_range(lba, sectors)?;
         let start = self.host.now;
-        self.host.now += self.request_overhead_ns;
-        self.command(35, self.address(lba))?;
-        self.command(36, self.address(lba + u64::from(sectors) - 1))?;
-        self.command(38, DISCARD_ARG)?;
-        self.wait_busy();
+        self.command(r1(35, self.address(lba)))?;
+        self.command(r1(36, self.address(lba + u64::from(sectors) - 1)))?;
+        self.command(MmcCommand::new(38, DISCARD_ARG, ResponseType::R1b))?;
         Ok(self.host.now - start)
     }
 }
@@ -234,6 +249,7 @@ impl BlockDevice for CardDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::timing::bus::ResponseLength;
 
     fn ideal() -> DeviceModel {
         let mut m = DeviceModel::load("generic-emmc45").unwrap();

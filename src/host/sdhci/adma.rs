@@ -33,6 +33,17 @@ pub trait DmaSegment {
 
     /// Copy `src` to `offset` (DMA write to host memory). `false`: not writable.
     fn write_at(&mut self, offset: usize, src: &[u8]) -> bool;
+
+    /// The segment as plain host memory, when it is (lets a one-segment transfer skip the
+    /// controller's staging copy; guest memory returns `None`).
+    fn as_slice(&self) -> Option<&[u8]> {
+        None
+    }
+
+    /// The segment as writable plain host memory, when it is.
+    fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
+        None
+    }
 }
 
 fn range(len: usize, offset: usize, n: usize) -> Option<std::ops::Range<usize>> {
@@ -43,6 +54,12 @@ fn range(len: usize, offset: usize, n: usize) -> Option<std::ops::Range<usize>> 
 impl DmaSegment for &mut [u8] {
     fn len(&self) -> usize {
         <[u8]>::len(self)
+    }
+    fn as_slice(&self) -> Option<&[u8]> {
+        Some(self)
+    }
+    fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
+        Some(self)
     }
     fn read_at(&self, offset: usize, dst: &mut [u8]) -> bool {
         match range(<[u8]>::len(self), offset, dst.len()) {
@@ -69,6 +86,9 @@ impl DmaSegment for &[u8] {
     fn len(&self) -> usize {
         <[u8]>::len(self)
     }
+    fn as_slice(&self) -> Option<&[u8]> {
+        Some(self)
+    }
     fn read_at(&self, offset: usize, dst: &mut [u8]) -> bool {
         match range(<[u8]>::len(self), offset, dst.len()) {
             Some(r) => {
@@ -88,10 +108,18 @@ impl DmaSegment for Vec<u8> {
         Vec::len(self)
     }
     fn read_at(&self, offset: usize, dst: &mut [u8]) -> bool {
-        self.as_slice().read_at(offset, dst)
+        let slice: &[u8] = &self[..];
+        slice.read_at(offset, dst)
     }
     fn write_at(&mut self, offset: usize, src: &[u8]) -> bool {
-        self.as_mut_slice().write_at(offset, src)
+        let mut slice: &mut [u8] = &mut self[..];
+        slice.write_at(offset, src)
+    }
+    fn as_slice(&self) -> Option<&[u8]> {
+        Some(&self[..])
+    }
+    fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
+        Some(&mut self[..])
     }
 }
 
