@@ -7,7 +7,10 @@
 //! (PRV, MDT, C_SIZE), so that "valid" and "encodable" cannot drift apart. They live in the
 //! model layer because the card layer depends on the model, not the other way round.
 
-use super::{CidModel, DeviceModel, ModelError};
+use super::{
+    BufferARule, CidModel, ConstantTimingModel, DeviceModel, FlashTimingModel, ModelError,
+    RandomWrites, TimingModel,
+};
 
 /// The only EXT_CSD revision this project emulates: eMMC 4.5/4.51 (facts §6.2).
 const EMULATED_EXT_CSD_REV: u8 = 6;
@@ -590,88 +593,265 @@ impl DeviceModel {
         })
     }
 
-    /// The constant-cost timing must stay within the limits the EXT_CSD advertises, or a
-    /// host that trusts them times the card out.
+    /// Busy times must stay within the limits the EXT_CSD advertises, or a host that
+    /// trusts them times the card out; a flash model's geometry must also hang together.
     fn check_timing(&self) -> Result<(), Problem> {
-        let t = &self.timing;
+        match &self.timing {
+            TimingModel::Constant(t) => self.check_constant_timing(t),
+            TimingModel::Flash(f) => self.check_flash_timing(f),
+        }
+    }
+
+    /// A busy time against an EXT_CSD limit.
+    fn limit(field: &'static str, cost: u64, limit_ns: u64, what: &str) -> Result<(), Problem> {
+        ensure(cost <= limit_ns, field, || {
+            format!(
+                "{cost} ns ({}) exceeds the {} the device advertises in {what}; a host \
+                 would time the operation out",
+                ms(cost),
+                ms(limit_ns)
+            )
+        })
+    }
+
+    /// The limits every model's CMD6, HPI, sleep and erase times must keep.
+    fn check_busy_limits(&self, f: &BusyFields) -> Result<(), Problem> {
         let e = &self.ext_csd;
-        let nonzero: Vec<u64> = t
-            .bkops_level_ns
-            .iter()
-            .copied()
-            .filter(|&n| n != 0)
-            .collect();
-        ensure(
-            nonzero.windows(2).all(|w| w[0] <= w[1]),
-            "timing.bkops_level_ns",
-            || {
-                format!(
-                    "{:?}: the non-zero thresholds for levels 1, 2, 3 must not decrease",
-                    t.bkops_level_ns
-                )
-            },
-        )?;
-        let limit = |field: &'static str, cost: u64, limit_ns: u64, what: &str| {
-            ensure(cost <= limit_ns, field, || {
-                format!(
-                    "{cost} ns ({}) exceeds the {} the device advertises in {what}; a host \
-                     would time the operation out",
-                    ms(cost),
-                    ms(limit_ns)
-                )
-            })
-        };
         let cmd6_ns = u64::from(e.generic_cmd6_time) * 10 * MS;
-        limit(
-            "timing.switch_ns",
-            t.switch_ns,
-            cmd6_ns,
-            "GENERIC_CMD6_TIME",
-        )?;
+        Self::limit(f.switch.0, f.switch.1, cmd6_ns, "GENERIC_CMD6_TIME")?;
         if e.partition_switch_time > 0 {
             let ns = u64::from(e.partition_switch_time) * 10 * MS;
-            limit(
-                "timing.partition_switch_ns",
-                t.partition_switch_ns,
+            Self::limit(
+                f.partition_switch.0,
+                f.partition_switch.1,
                 ns,
                 "PARTITION_SWITCH_TIME",
             )?;
         } else {
-            limit(
-                "timing.partition_switch_ns",
-                t.partition_switch_ns,
+            Self::limit(
+                f.partition_switch.0,
+                f.partition_switch.1,
                 cmd6_ns,
                 "GENERIC_CMD6_TIME (PARTITION_SWITCH_TIME is 0)",
             )?;
         }
         if e.hpi_features & 0x01 != 0 {
             let ns = u64::from(e.out_of_interrupt_time) * 10 * MS;
-            limit(
-                "timing.hpi_exit_ns",
-                t.hpi_exit_ns,
-                ns,
-                "OUT_OF_INTERRUPT_TIME",
-            )?;
+            Self::limit(f.hpi_exit.0, f.hpi_exit.1, ns, "OUT_OF_INTERRUPT_TIME")?;
         }
         if (1..=MAX_S_A_TIMEOUT).contains(&e.s_a_timeout) {
             let ns = 100u64 << e.s_a_timeout;
-            limit("timing.sleep_awake_ns", t.sleep_awake_ns, ns, "S_A_TIMEOUT")?;
+            Self::limit(f.sleep_awake.0, f.sleep_awake.1, ns, "S_A_TIMEOUT")?;
         }
         if e.hc_erase_grp_size > 0 && e.erase_timeout_mult > 0 {
             let ns = u64::from(e.erase_timeout_mult) * 300 * MS;
-            limit(
-                "timing.erase_group_ns",
-                t.erase_group_ns,
-                ns,
-                "ERASE_TIMEOUT_MULT",
-            )?;
+            Self::limit(f.erase_group.0, f.erase_group.1, ns, "ERASE_TIMEOUT_MULT")?;
         }
         if e.trim_mult > 0 {
             let ns = u64::from(e.trim_mult) * 300 * MS;
-            limit("timing.erase_group_ns", t.erase_group_ns, ns, "TRIM_MULT")?;
+            Self::limit(f.erase_group.0, f.erase_group.1, ns, "TRIM_MULT")?;
+        }
+        if let Some((field, ns)) = f.power_off {
+            if e.power_off_long_time > 0 {
+                let limit = u64::from(e.power_off_long_time) * 10 * MS;
+                Self::limit(field, ns, limit, "POWER_OFF_LONG_TIME")?;
+            }
         }
         Ok(())
     }
+
+    fn check_bkops_levels(field: &'static str, levels: &[u64; 3]) -> Result<(), Problem> {
+        let nonzero: Vec<u64> = levels.iter().copied().filter(|&n| n != 0).collect();
+        ensure(nonzero.windows(2).all(|w| w[0] <= w[1]), field, || {
+            format!("{levels:?}: the non-zero thresholds for levels 1, 2, 3 must not decrease")
+        })
+    }
+
+    fn check_constant_timing(&self, t: &ConstantTimingModel) -> Result<(), Problem> {
+        Self::check_bkops_levels("timing.bkops_level_ns", &t.bkops_level_ns)?;
+        self.check_busy_limits(&BusyFields {
+            switch: ("timing.switch_ns", t.switch_ns),
+            partition_switch: ("timing.partition_switch_ns", t.partition_switch_ns),
+            hpi_exit: ("timing.hpi_exit_ns", t.hpi_exit_ns),
+            sleep_awake: ("timing.sleep_awake_ns", t.sleep_awake_ns),
+            erase_group: ("timing.erase_group_ns", t.erase_group_ns),
+            power_off: None,
+        })
+    }
+
+    fn check_flash_timing(&self, f: &FlashTimingModel) -> Result<(), Problem> {
+        let c = &f.controller;
+        self.check_busy_limits(&BusyFields {
+            switch: ("timing.controller.switch_ns", c.switch_ns),
+            partition_switch: (
+                "timing.controller.partition_switch_ns",
+                c.partition_switch_ns,
+            ),
+            hpi_exit: ("timing.controller.hpi_exit_ns", c.hpi_exit_ns),
+            sleep_awake: ("timing.controller.sleep_awake_ns", c.sleep_awake_ns),
+            erase_group: ("timing.erase.group_ns", f.erase.group_ns),
+            power_off: Some(("timing.controller.power_off_ns", c.power_off_ns)),
+        })?;
+        Self::check_bkops_levels("timing.bkops.level_ns", &f.bkops.level_ns)?;
+        let l3 = f.bkops.level_ns[2];
+        ensure(
+            l3 == 0 || f.bkops.foreground_target_ns < l3,
+            "timing.bkops.foreground_target_ns",
+            || {
+                format!(
+                    "{} is not below the level-3 threshold {l3}: foreground collection would \
+                     never bring the debt out of the critical level",
+                    f.bkops.foreground_target_ns
+                )
+            },
+        )?;
+
+        let n = &f.nand;
+        ensure(
+            n.page_bytes.is_power_of_two() && (512..=65536).contains(&n.page_bytes),
+            "timing.nand.page_bytes",
+            || format!("{} is not a power of two from 512 to 65536", n.page_bytes),
+        )?;
+        ensure((1..=8).contains(&n.planes), "timing.nand.planes", || {
+            format!("{} is not 1..=8", n.planes)
+        })?;
+        ensure((1..=16).contains(&n.dies), "timing.nand.dies", || {
+            format!("{} is not 1..=16", n.dies)
+        })?;
+        ensure(
+            (1..=4096).contains(&n.block_pages),
+            "timing.nand.block_pages",
+            || format!("{} is not 1..=4096", n.block_pages),
+        )?;
+        ensure(
+            n.read_page_slow_ns == 0 || n.read_page_slow_ns >= n.read_page_ns,
+            "timing.nand.read_page_slow_ns",
+            || {
+                format!(
+                    "{} is below read_page_ns {}: the slow page of an MLC pair is not faster",
+                    n.read_page_slow_ns, n.read_page_ns
+                )
+            },
+        )?;
+        ensure(
+            n.program_page_slow_ns == 0 || n.program_page_slow_ns >= n.program_page_ns,
+            "timing.nand.program_page_slow_ns",
+            || {
+                format!(
+                    "{} is below program_page_ns {}: the slow page of an MLC pair is not faster",
+                    n.program_page_slow_ns, n.program_page_ns
+                )
+            },
+        )?;
+        ensure(
+            n.jitter_permille <= 500,
+            "timing.nand.jitter_permille",
+            || format!("{} is above 500 (±50%)", n.jitter_permille),
+        )?;
+
+        let t = &f.ftl;
+        let wu = n.page_bytes * n.planes * n.dies;
+        ensure(
+            t.allocation_unit_bytes >= wu && t.allocation_unit_bytes % wu == 0,
+            "timing.ftl.allocation_unit_bytes",
+            || {
+                format!(
+                    "{} is not a whole number of write units of {wu} bytes \
+                     (nand.page_bytes × planes × dies)",
+                    t.allocation_unit_bytes
+                )
+            },
+        )?;
+        ensure(
+            t.allocation_unit_bytes <= self.user_bytes(),
+            "timing.ftl.allocation_unit_bytes",
+            || {
+                format!(
+                    "{} is larger than the {}-byte user area",
+                    t.allocation_unit_bytes,
+                    self.user_bytes()
+                )
+            },
+        )?;
+        let aus = self.user_bytes().div_ceil(t.allocation_unit_bytes);
+        ensure(
+            aus + t.spare_aus < u64::from(u32::MAX),
+            "timing.ftl.spare_aus",
+            || format!("{} AUs plus {} spare do not fit 32 bits", aus, t.spare_aus),
+        )?;
+        ensure(
+            (1..=64).contains(&t.open_aus_linear),
+            "timing.ftl.open_aus_linear",
+            || format!("{} is not 1..=64", t.open_aus_linear),
+        )?;
+        ensure(
+            t.open_aus_random <= 63,
+            "timing.ftl.open_aus_random",
+            || format!("{} is above 63", t.open_aus_random),
+        )?;
+        ensure(
+            t.random_writes == RandomWrites::None || t.open_aus_random >= 1,
+            "timing.ftl.open_aus_random",
+            || "0, but random_writes = \"write_unit\" needs at least one AU in random use".into(),
+        )?;
+        if let Some(a) = &t.buffer_a {
+            ensure(a.log_pages >= 1, "timing.ftl.buffer_a.log_pages", || {
+                "0: the small-write log must hold at least one page".into()
+            })?;
+            ensure(
+                a.rule != BufferARule::RunLength
+                    || (a.run_limit_bytes >= 512 && a.run_limit_bytes % 512 == 0),
+                "timing.ftl.buffer_a.run_limit_bytes",
+                || {
+                    format!(
+                        "{} with rule = \"run_length\": give a whole number of 512-byte sectors",
+                        a.run_limit_bytes
+                    )
+                },
+            )?;
+        }
+        if let Some(c) = &t.slc_cache {
+            ensure(
+                c.max_write_bytes >= 512 && c.max_write_bytes % 512 == 0,
+                "timing.ftl.slc_cache.max_write_bytes",
+                || {
+                    format!(
+                        "{} is not a whole number of 512-byte sectors",
+                        c.max_write_bytes
+                    )
+                },
+            )?;
+        }
+        if let Some(r) = &t.special_region {
+            ensure(
+                r.length_bytes > 0
+                    && r.offset_bytes % 512 == 0
+                    && r.length_bytes % 512 == 0
+                    && r.offset_bytes.saturating_add(r.length_bytes) <= self.user_bytes(),
+                "timing.ftl.special_region",
+                || {
+                    format!(
+                        "offset {} + length {} is not a non-empty, sector-aligned range inside \
+                         the {}-byte user area",
+                        r.offset_bytes,
+                        r.length_bytes,
+                        self.user_bytes()
+                    )
+                },
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The model keys holding the busy times that EXT_CSD limits bound, and their values.
+struct BusyFields {
+    switch: (&'static str, u64),
+    partition_switch: (&'static str, u64),
+    hpi_exit: (&'static str, u64),
+    sleep_awake: (&'static str, u64),
+    erase_group: (&'static str, u64),
+    power_off: Option<(&'static str, u64)>,
 }
 
 impl CidModel {

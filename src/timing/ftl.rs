@@ -1,0 +1,999 @@
+//! The flash translation layer: where a write goes and what it costs, following Arnd
+//! Bergmann's account of eMMC/SD internals in seed 003.
+//!
+//! The user area is cut into **allocation units** (AUs). A card keeps a few AUs *open*
+//! for writing; each open AU is being rewritten into a fresh physical AU. Opening one AU
+//! too many garbage-collects another (the victim: least recently written, first opened,
+//! or random): the valid data it did not receive is copied into its new physical AU and
+//! its old physical AU is erased — "many milliseconds". An AU written completely is closed
+//! without copying. Writes to an open AU away from its write position put it in *random*
+//! use (a separate, usually smaller pool); cards with linear-only AUs garbage-collect the
+//! AU instead when a write goes below its write position.
+//!
+//! Inside an AU the card programs whole **write units** (page × planes × dies); a write
+//! that covers part of a write unit is read-modify-write. Commands are handled in
+//! write-unit pieces. Before a piece reaches its AU ("buffer B") it may be taken by:
+//!
+//! * a **sub-page coalescing buffer** (SanDisk): a write inside one page waits in RAM;
+//!   a non-contiguous write flushes it, contiguous writes fill the page first;
+//! * **buffer A** (Toshiba): a run of consecutive writes that stays within one page goes
+//!   to a page-mapped small-write log (read-modify-write of the page); a run that spans
+//!   two pages goes to buffer B. A reliable write starts its own run, so page-sized
+//!   reliable writes (or writes split at page boundaries) stay in buffer A;
+//! * an **SLC cache** (SanDisk): random writes are programmed in SLC mode and folded
+//!   into their AU when it is garbage-collected or by background operations.
+//!
+//! The small-write log and the SLC data are the card's *background debt*: BKOPS works it
+//! off; when it is critical, writes work it off in the foreground first.
+//!
+//! State is kept per touched AU only (a dense 4-byte index per AU, then a slab of touched
+//! AUs with one bit per write unit), so a 32 GiB card needs a few hundred KiB.
+
+use std::collections::{HashMap, VecDeque};
+
+use super::nand::{Nand, PageKind};
+use super::prng::Prng;
+use super::Nanos;
+use crate::model::{BufferARule, Eviction, FtlModel, GcCopy, NandModel, RandomWrites};
+
+const SECTOR: u64 = 512;
+const NONE: u32 = u32::MAX;
+const NO_SLOT: u8 = u8::MAX;
+
+/// What the FTL has done since power-on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FtlCounters {
+    /// Write pieces programmed into the small-write log (buffer A).
+    pub buffer_a_writes: u64,
+    /// Write units programmed straight into their AU (buffer B).
+    pub buffer_b_writes: u64,
+    /// Of those, read-modify-write of a partly written write unit.
+    pub read_modify_writes: u64,
+    /// Write pieces programmed into the SLC cache.
+    pub slc_writes: u64,
+    /// Sub-page writes held in the coalescing buffer.
+    pub coalesced_writes: u64,
+    pub au_opens: u64,
+    /// Open AUs closed because another had to be opened.
+    pub au_evictions: u64,
+    /// Closes that copied data (garbage collection, SLC fold).
+    pub gc_runs: u64,
+    pub gc_copied_units: u64,
+    /// Closes of AUs written completely (nothing to copy).
+    pub au_completions: u64,
+    /// Small-write log pages merged into their AU.
+    pub log_merges: u64,
+    /// Background work done by BKOPS.
+    pub background_ns: u64,
+    /// Background work done in the foreground because it had become critical.
+    pub foreground_ns: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Free,
+    Linear,
+    Random,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct AuState {
+    /// Physical AU holding the AU's data, or NONE if it never had any.
+    phys: u32,
+    slot: u8,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    au: u32,
+    mode: Mode,
+    /// Sector offset in the AU just after the last write.
+    ptr: u64,
+    last_use: u64,
+    opened: u64,
+    new_phys: u32,
+    /// The AU has write units whose newest copy is in the SLC cache.
+    slc: bool,
+}
+
+const FREE_SLOT: Slot = Slot {
+    au: NONE,
+    mode: Mode::Free,
+    ptr: 0,
+    last_use: 0,
+    opened: 0,
+    new_phys: NONE,
+    slc: false,
+};
+
+/// Geometry in 512-byte sectors.
+#[derive(Debug, Clone, Copy)]
+struct Geometry {
+    page: u64,
+    wu: u64,
+    au: u64,
+    au_wus: u64,
+    /// Pages per write unit.
+    wu_pages: u64,
+    /// u64 words of one per-AU bitmap (one bit per write unit).
+    words: usize,
+}
+
+/// Buffer A parameters in sectors.
+#[derive(Debug, Clone, Copy)]
+struct BufferA {
+    rule: BufferARule,
+    run_limit: u64,
+    reliable_breaks_run: bool,
+    index_page: bool,
+}
+
+/// The page-mapped small-write log: which pages it holds, oldest first.
+#[derive(Debug, Default)]
+struct SmallLog {
+    capacity: usize,
+    map: HashMap<u64, u64>,
+    fifo: VecDeque<(u64, u64)>,
+    seq: u64,
+}
+
+impl SmallLog {
+    fn new(capacity: usize) -> SmallLog {
+        SmallLog {
+            capacity,
+            map: HashMap::with_capacity(capacity + 1),
+            fifo: VecDeque::with_capacity(2 * capacity + 32),
+            seq: 0,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Record `page`; returns true if it was not in the log already.
+    fn insert(&mut self, page: u64) -> bool {
+        self.seq += 1;
+        let new = self.map.insert(page, self.seq).is_none();
+        self.fifo.push_back((page, self.seq));
+        if self.fifo.len() > 2 * self.capacity + 16 {
+            let map = &self.map;
+            self.fifo.retain(|(p, s)| map.get(p) == Some(s));
+        }
+        new
+    }
+
+    fn remove(&mut self, page: u64) {
+        self.map.remove(&page);
+    }
+
+    fn oldest(&mut self) -> Option<u64> {
+        while let Some(&(p, s)) = self.fifo.front() {
+            if self.map.get(&p) == Some(&s) {
+                return Some(p);
+            }
+            self.fifo.pop_front();
+        }
+        None
+    }
+
+    fn pop_oldest(&mut self) -> Option<u64> {
+        let p = self.oldest()?;
+        self.fifo.pop_front();
+        self.map.remove(&p);
+        Some(p)
+    }
+
+    fn remove_range(&mut self, first_page: u64, end_page: u64) {
+        if self.map.is_empty() {
+            return;
+        }
+        self.map.retain(|p, _| !(first_page..end_page).contains(p));
+    }
+}
+
+/// A sub-page write waiting in the coalescing buffer: sectors `[lo, hi)` of one page.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    lo: u64,
+    hi: u64,
+}
+
+/// How the pieces of one command are classified, per AU.
+#[derive(Debug, Clone, Copy)]
+struct CmdState {
+    au: u64,
+    random: bool,
+    direct_sequential: bool,
+    len: u64,
+}
+
+#[derive(Debug)]
+pub struct Ftl {
+    g: Geometry,
+    total: u64,
+    open_linear: usize,
+    open_random: usize,
+    eviction: Eviction,
+    linear_only: bool,
+    copyback: bool,
+    sequential_write_ns: Nanos,
+    reliable_write_ns: Nanos,
+    coalesce: bool,
+    buffer_a: Option<BufferA>,
+    slc_max: Option<u64>,
+    special: Option<(u64, u64)>,
+
+    au_index: Vec<u32>,
+    states: Vec<AuState>,
+    /// Per touched AU: write units holding data.
+    valid: Vec<u64>,
+    slots: Vec<Slot>,
+    /// Per slot: write units programmed into the new physical AU this session.
+    direct: Vec<u64>,
+    /// Per slot: write units whose newest copy is in the SLC cache.
+    slc_bits: Vec<u64>,
+    phys_free: VecDeque<u32>,
+    phys_erases: Vec<u32>,
+
+    log: Option<SmallLog>,
+    log_row: u64,
+    pending: Option<Pending>,
+    /// Buffer A's current run of consecutive writes, and whether its tail is in buffer A.
+    run: (u64, u64),
+    run_in_a: bool,
+    tick: u64,
+    rng: Prng,
+
+    copy_unit_estimate: Nanos,
+    erase_au_estimate: Nanos,
+    debt: Nanos,
+    carry: Nanos,
+    pub counters: FtlCounters,
+}
+
+fn bit(words: &[u64], i: u64) -> bool {
+    words[(i / 64) as usize] & (1 << (i % 64)) != 0
+}
+
+fn set_bit(words: &mut [u64], i: u64, on: bool) {
+    let w = &mut words[(i / 64) as usize];
+    if on {
+        *w |= 1 << (i % 64);
+    } else {
+        *w &= !(1 << (i % 64));
+    }
+}
+
+impl Ftl {
+    /// An FTL over `total_sectors` of user area.
+    pub fn new(m: &FtlModel, nand: &NandModel, total_sectors: u64, seed: u64) -> Ftl {
+        let page = (nand.page_bytes / SECTOR).max(1);
+        let wu_pages = nand.planes.max(1) * nand.dies.max(1);
+        let wu = page * wu_pages;
+        let au = (m.allocation_unit_bytes / SECTOR).max(wu);
+        let au_wus = au / wu;
+        let words = au_wus.div_ceil(64) as usize;
+        let g = Geometry {
+            page,
+            wu,
+            au,
+            au_wus,
+            wu_pages,
+            words,
+        };
+        let n_aus = total_sectors.div_ceil(au);
+        let open_linear = m.open_aus_linear.clamp(1, 127) as usize;
+        let open_random = m.open_aus_random.min(127) as usize;
+        let slots = open_linear + open_random;
+        let n_phys = n_aus + m.spare_aus.max(slots as u64 + 2);
+        let est = Nand::new(nand, 0);
+        let copy_unit_estimate = est.copy_write_unit_estimate(m.gc_copy == GcCopy::Copyback);
+        let erase_au_estimate = est.erase_estimate(au * SECTOR);
+        let touched_hint = (n_aus as usize).min(1024);
+        Ftl {
+            g,
+            total: total_sectors,
+            open_linear,
+            open_random,
+            eviction: m.eviction,
+            linear_only: m.random_writes == RandomWrites::None,
+            copyback: m.gc_copy == GcCopy::Copyback,
+            sequential_write_ns: m.sequential_write_ns,
+            reliable_write_ns: m.reliable_write_ns,
+            coalesce: m.coalesce_sub_page,
+            buffer_a: m.buffer_a.as_ref().map(|a| BufferA {
+                rule: a.rule,
+                run_limit: (a.run_limit_bytes / SECTOR).max(1),
+                reliable_breaks_run: a.reliable_breaks_run,
+                index_page: a.index_page,
+            }),
+            slc_max: m.slc_cache.as_ref().map(|s| s.max_write_bytes / SECTOR),
+            special: m.special_region.as_ref().map(|r| {
+                let start = r.offset_bytes / SECTOR;
+                (start, start + r.length_bytes / SECTOR)
+            }),
+            au_index: vec![NONE; n_aus as usize],
+            states: Vec::with_capacity(touched_hint),
+            valid: Vec::with_capacity(touched_hint * words),
+            slots: vec![FREE_SLOT; slots],
+            direct: vec![0; slots * words],
+            slc_bits: vec![0; slots * words],
+            phys_free: (0..n_phys as u32).collect(),
+            phys_erases: vec![0; n_phys as usize],
+            log: m
+                .buffer_a
+                .as_ref()
+                .map(|a| SmallLog::new(a.log_pages.max(1) as usize)),
+            log_row: 0,
+            pending: None,
+            run: (u64::MAX, u64::MAX),
+            run_in_a: false,
+            tick: 0,
+            rng: Prng::new(seed ^ 0x4654_4C00),
+            copy_unit_estimate,
+            erase_au_estimate,
+            debt: 0,
+            carry: 0,
+            counters: FtlCounters::default(),
+        }
+    }
+
+    pub fn total_sectors(&self) -> u64 {
+        self.total
+    }
+
+    pub fn allocation_unit_sectors(&self) -> u64 {
+        self.g.au
+    }
+
+    pub fn write_unit_sectors(&self) -> u64 {
+        self.g.wu
+    }
+
+    /// Outstanding background work (small-write log merges and SLC folds), card time.
+    pub fn debt_ns(&self) -> Nanos {
+        self.debt
+    }
+
+    /// Number of AUs open now.
+    pub fn open_aus(&self) -> usize {
+        self.slots.iter().filter(|s| s.mode != Mode::Free).count()
+    }
+
+    /// Erase count of the most and of the least erased physical AU, and the mean. Every
+    /// erase block of a physical AU is erased with it, so these are per-block P/E cycles.
+    pub fn pe_cycles(&self) -> (u32, u32, f64) {
+        let max = self.phys_erases.iter().copied().max().unwrap_or(0);
+        let min = self.phys_erases.iter().copied().min().unwrap_or(0);
+        let sum: u64 = self.phys_erases.iter().map(|&n| u64::from(n)).sum();
+        let mean = sum as f64 / self.phys_erases.len().max(1) as f64;
+        (max, min, mean)
+    }
+
+    // ---- state helpers -------------------------------------------------------------------
+
+    fn state_index(&mut self, au: u64) -> usize {
+        let i = self.au_index[au as usize];
+        if i != NONE {
+            return i as usize;
+        }
+        let idx = self.states.len();
+        self.states.push(AuState {
+            phys: NONE,
+            slot: NO_SLOT,
+        });
+        self.valid.extend(std::iter::repeat_n(0, self.g.words));
+        self.au_index[au as usize] = idx as u32;
+        idx
+    }
+
+    fn valid_words(&self, idx: usize) -> &[u64] {
+        &self.valid[idx * self.g.words..(idx + 1) * self.g.words]
+    }
+
+    fn valid_words_mut(&mut self, idx: usize) -> &mut [u64] {
+        let w = self.g.words;
+        &mut self.valid[idx * w..(idx + 1) * w]
+    }
+
+    fn slot_words(v: &[u64], slot: usize, words: usize) -> &[u64] {
+        &v[slot * words..(slot + 1) * words]
+    }
+
+    /// Does the write unit holding `sector` hold data?
+    fn has_data(&self, sector: u64) -> bool {
+        let au = sector / self.g.au;
+        match self.au_index.get(au as usize) {
+            Some(&i) if i != NONE => bit(
+                self.valid_words(i as usize),
+                (sector % self.g.au) / self.g.wu,
+            ),
+            _ => false,
+        }
+    }
+
+    fn mark_valid(&mut self, sector: u64) {
+        let au = sector / self.g.au;
+        let idx = self.state_index(au);
+        let w = (sector % self.g.au) / self.g.wu;
+        set_bit(self.valid_words_mut(idx), w, true);
+    }
+
+    fn count_mode(&self, mode: Mode) -> usize {
+        self.slots.iter().filter(|s| s.mode == mode).count()
+    }
+
+    fn victim(&mut self, mode: Mode) -> usize {
+        let candidates = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.mode == mode);
+        match self.eviction {
+            Eviction::Lru => candidates.min_by_key(|(_, s)| s.last_use).map(|(i, _)| i),
+            Eviction::Fifo => candidates.min_by_key(|(_, s)| s.opened).map(|(i, _)| i),
+            Eviction::Random => {
+                let n = candidates.count() as u64;
+                let k = self.rng.below(n.max(1));
+                self.slots
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| s.mode == mode)
+                    .nth(k as usize)
+                    .map(|(i, _)| i)
+            }
+        }
+        .expect("a full pool has a victim")
+    }
+
+    // ---- the write path ------------------------------------------------------------------
+
+    /// Program `count` sectors at user-area sector `start`; returns the card time.
+    pub fn write(&mut self, nand: &mut Nand, start: u64, count: u64, reliable: bool) -> Nanos {
+        if count == 0 {
+            return 0;
+        }
+        let end = (start + count).min(self.total);
+        let mut t = 0;
+        if let Some((rs, re)) = self.special {
+            if start >= rs && end <= re {
+                t += self.flush_pending(nand);
+                t += self.page_mapped_write(nand, start, end);
+                self.finish_command(&mut t, reliable, false);
+                self.run = (start, end);
+                self.run_in_a = false;
+                return t;
+            }
+        }
+        let mut cmd = CmdState {
+            au: u64::MAX,
+            random: false,
+            direct_sequential: false,
+            len: count,
+        };
+        let mut s = start;
+        while s < end {
+            let e = end.min((s / self.g.wu + 1) * self.g.wu);
+            t += self.write_piece(nand, s, e, reliable, &mut cmd);
+            s = e;
+        }
+        self.finish_command(&mut t, reliable, cmd.direct_sequential);
+        t
+    }
+
+    fn finish_command(&mut self, t: &mut Nanos, reliable: bool, direct_sequential: bool) {
+        if direct_sequential {
+            *t += self.sequential_write_ns;
+        }
+        if reliable {
+            *t += self.reliable_write_ns;
+        }
+        self.refresh_debt();
+    }
+
+    fn write_piece(
+        &mut self,
+        nand: &mut Nand,
+        mut s: u64,
+        e: u64,
+        reliable: bool,
+        cmd: &mut CmdState,
+    ) -> Nanos {
+        let mut t = 0;
+        let ps = self.g.page;
+        let page = s / ps;
+        let sub_page = page == (e - 1) / ps && e - s < ps;
+
+        if self.coalesce {
+            if let Some(p) = self.pending {
+                if s == p.hi && (p.lo / ps == page) {
+                    if sub_page {
+                        // Contiguous within the same page: keep filling.
+                        self.counters.coalesced_writes += 1;
+                        if e % ps == 0 && p.lo % ps == 0 {
+                            // The page is full: program it as one page.
+                            self.pending = None;
+                            return self.program_small(nand, p.lo, e);
+                        }
+                        self.pending = Some(Pending { lo: p.lo, hi: e });
+                        return 0;
+                    }
+                    // Contiguous but running past the page: it joins this write.
+                    self.pending = None;
+                    s = p.lo;
+                } else {
+                    t += self.flush_pending(nand);
+                }
+            }
+            let page = s / ps;
+            if page == (e - 1) / ps && e - s < ps {
+                self.counters.coalesced_writes += 1;
+                self.pending = Some(Pending { lo: s, hi: e });
+                return t;
+            }
+        }
+
+        if let Some(a) = self.buffer_a {
+            let consecutive = s == self.run.1 && !(reliable && a.reliable_breaks_run);
+            let run_start = if consecutive { self.run.0 } else { s };
+            self.run = (run_start, e);
+            let in_a = match a.rule {
+                BufferARule::PageSpan => run_start / ps == (e - 1) / ps,
+                BufferARule::RunLength => page == (e - 1) / ps && e - run_start <= a.run_limit,
+            };
+            if in_a {
+                self.run_in_a = true;
+                return t + self.small_write(nand, s, e, a.index_page);
+            }
+            if consecutive && self.run_in_a {
+                // The run leaves buffer A: its part in this write unit goes to buffer B
+                // with this write, superseding the log's copies.
+                let wu_start = s / self.g.wu * self.g.wu;
+                let from = run_start.max(wu_start);
+                if from < s {
+                    if let Some(log) = self.log.as_mut() {
+                        log.remove_range(from / ps, s.div_ceil(ps));
+                    }
+                    s = from;
+                }
+            }
+            self.run_in_a = false;
+        }
+
+        t + self.au_write(nand, s, e, cmd, false)
+    }
+
+    /// Program the coalescing buffer's page, if any.
+    pub fn flush_pending(&mut self, nand: &mut Nand) -> Nanos {
+        match self.pending.take() {
+            Some(p) => {
+                let t = self.program_small(nand, p.lo, p.hi);
+                self.refresh_debt();
+                t
+            }
+            None => 0,
+        }
+    }
+
+    /// A sub-page piece leaving the coalescing buffer: into the SLC cache if there is one,
+    /// else into its AU.
+    fn program_small(&mut self, nand: &mut Nand, lo: u64, hi: u64) -> Nanos {
+        let mut cmd = CmdState {
+            au: u64::MAX,
+            random: true,
+            direct_sequential: false,
+            len: hi - lo,
+        };
+        self.au_write(nand, lo, hi, &mut cmd, self.slc_max.is_some())
+    }
+
+    /// Buffer A: read-modify-write of the page into the small-write log.
+    fn small_write(&mut self, nand: &mut Nand, s: u64, e: u64, index_page: bool) -> Nanos {
+        let ps = self.g.page;
+        let page = s / ps;
+        let full = s == page * ps && e == (page + 1) * ps;
+        let mut t = 0;
+        if !full && self.has_data(s) {
+            t += nand.read_pages(1, page % 2);
+        }
+        t += nand.program_pages(1, PageKind::Mlc { row: self.log_row });
+        self.log_row += 1;
+        if index_page {
+            t += nand.program_pages(1, PageKind::Mlc { row: self.log_row });
+            self.log_row += 1;
+        }
+        self.mark_valid(s);
+        self.counters.buffer_a_writes += 1;
+        let log = self.log.as_mut().expect("buffer A has a log");
+        if log.insert(page) && log.len() > log.capacity {
+            let oldest = log.pop_oldest().expect("a full log has an oldest page");
+            t += self.merge_log_page(nand, oldest);
+        }
+        t
+    }
+
+    fn merge_log_page(&mut self, nand: &mut Nand, page: u64) -> Nanos {
+        self.counters.log_merges += 1;
+        let row = (page * self.g.page % self.g.au) / self.g.wu;
+        nand.copy_write_unit(self.copyback, row)
+    }
+
+    /// A write in a page-mapped special region: each page read-modify-written on its own.
+    fn page_mapped_write(&mut self, nand: &mut Nand, s: u64, e: u64) -> Nanos {
+        let ps = self.g.page;
+        let mut t = 0;
+        let mut p = s / ps;
+        while p * ps < e {
+            let lo = (p * ps).max(s);
+            let hi = ((p + 1) * ps).min(e);
+            let full = lo == p * ps && hi == (p + 1) * ps;
+            if !full && self.has_data(lo) {
+                t += nand.read_pages(1, p % 2);
+            }
+            t += nand.program_pages(1, PageKind::Mlc { row: p });
+            self.mark_valid(lo);
+            self.counters.buffer_a_writes += 1;
+            p += 1;
+        }
+        t
+    }
+
+    /// Buffer B: a piece of one write unit into its AU (or the AU's SLC cache).
+    fn au_write(
+        &mut self,
+        nand: &mut Nand,
+        s: u64,
+        e: u64,
+        cmd: &mut CmdState,
+        force_slc: bool,
+    ) -> Nanos {
+        let g = self.g;
+        let au = s / g.au;
+        let off = s % g.au;
+        let off_end = off + (e - s);
+        let mut t = 0;
+        let idx = self.state_index(au);
+        let mut slot = self.states[idx].slot;
+        if slot == NO_SLOT {
+            let (sl, c) = self.open(nand, au, idx, off);
+            slot = sl;
+            t += c;
+        }
+        if self.linear_only && off < self.slots[slot as usize].ptr {
+            // Linear-only AU written below its write position: collect it, start over.
+            t += self.close(nand, slot as usize);
+            let (sl, c) = self.open(nand, au, idx, off);
+            slot = sl;
+            t += c;
+        }
+        let si = slot as usize;
+        if cmd.au != au {
+            cmd.au = au;
+            cmd.random = off != self.slots[si].ptr;
+        }
+        let use_slc = match self.slc_max {
+            Some(max) => force_slc || (cmd.random && cmd.len <= max),
+            None => false,
+        };
+        if (cmd.random || use_slc) && self.slots[si].mode == Mode::Linear {
+            t += self.make_random(nand, si);
+        }
+        let w = off / g.wu;
+        let wu_lo = w * g.wu;
+        let words = g.words;
+        if use_slc {
+            let first = s / g.page;
+            let last = (e - 1) / g.page;
+            let pages = last - first + 1;
+            let partial = (first..=last)
+                .filter(|&p| !(s <= p * g.page && e >= (p + 1) * g.page))
+                .count() as u64;
+            if partial > 0 && bit(self.valid_words(idx), w) {
+                t += nand.read_pages(partial, w);
+            }
+            t += nand.program_pages(pages, PageKind::Slc);
+            set_bit(&mut self.slc_bits[si * words..(si + 1) * words], w, true);
+            set_bit(&mut self.direct[si * words..(si + 1) * words], w, false);
+            self.slots[si].slc = true;
+            self.counters.slc_writes += 1;
+        } else {
+            let full = off == wu_lo && off_end == wu_lo + g.wu;
+            if !full && bit(self.valid_words(idx), w) {
+                let covered = (0..g.wu_pages)
+                    .filter(|&p| {
+                        let lo = wu_lo + p * g.page;
+                        off <= lo && off_end >= lo + g.page
+                    })
+                    .count() as u64;
+                t += nand.read_pages(g.wu_pages - covered, w);
+                self.counters.read_modify_writes += 1;
+            }
+            t += nand.program_write_unit(PageKind::Mlc { row: w });
+            set_bit(&mut self.direct[si * words..(si + 1) * words], w, true);
+            set_bit(&mut self.slc_bits[si * words..(si + 1) * words], w, false);
+            if !cmd.random {
+                cmd.direct_sequential = true;
+            }
+            self.counters.buffer_b_writes += 1;
+        }
+        set_bit(self.valid_words_mut(idx), w, true);
+        if let Some(log) = self.log.as_mut() {
+            // Pages this write covers completely supersede their small-write log copies.
+            if log.len() > 0 {
+                for p in s.div_ceil(g.page)..e / g.page {
+                    log.remove(p);
+                }
+            }
+        }
+        self.tick += 1;
+        let sl = &mut self.slots[si];
+        sl.ptr = off_end;
+        sl.last_use = self.tick;
+        // Written completely and all of it in place: close without copying.
+        let d = Self::slot_words(&self.direct, si, words);
+        let complete = (0..g.au_wus).all(|i| bit(d, i));
+        if complete {
+            t += self.close(nand, si);
+        }
+        t
+    }
+
+    /// Open `au` for writing at sector offset `off`, evicting an open AU if the linear
+    /// pool is full.
+    fn open(&mut self, nand: &mut Nand, au: u64, idx: usize, off: u64) -> (u8, Nanos) {
+        let mut t = 0;
+        if self.count_mode(Mode::Linear) >= self.open_linear {
+            let v = self.victim(Mode::Linear);
+            self.counters.au_evictions += 1;
+            t += self.close(nand, v);
+        }
+        let slot = self
+            .slots
+            .iter()
+            .position(|s| s.mode == Mode::Free)
+            .expect("a free slot after eviction");
+        let new_phys = self
+            .phys_free
+            .pop_front()
+            .expect("spare physical AUs for every open slot");
+        self.tick += 1;
+        self.slots[slot] = Slot {
+            au: au as u32,
+            mode: Mode::Linear,
+            ptr: off,
+            last_use: self.tick,
+            opened: self.tick,
+            new_phys,
+            slc: false,
+        };
+        let w = self.g.words;
+        self.direct[slot * w..(slot + 1) * w].fill(0);
+        self.slc_bits[slot * w..(slot + 1) * w].fill(0);
+        self.states[idx].slot = slot as u8;
+        self.counters.au_opens += 1;
+        (slot as u8, t)
+    }
+
+    /// Move an open AU to random use, evicting a random-use AU if that pool is full.
+    fn make_random(&mut self, nand: &mut Nand, slot: usize) -> Nanos {
+        let mut t = 0;
+        if self.open_random == 0 {
+            return 0;
+        }
+        if self.count_mode(Mode::Random) >= self.open_random {
+            let v = self.victim(Mode::Random);
+            self.counters.au_evictions += 1;
+            t += self.close(nand, v);
+        }
+        self.slots[slot].mode = Mode::Random;
+        t
+    }
+
+    /// Close an open AU: copy the valid data it did not receive (garbage collection, SLC
+    /// fold) into its new physical AU and erase the old one.
+    fn close(&mut self, nand: &mut Nand, slot: usize) -> Nanos {
+        let sl = self.slots[slot];
+        let idx = self.au_index[sl.au as usize] as usize;
+        let words = self.g.words;
+        let mut t = 0;
+        let mut copied = 0;
+        for i in 0..self.g.au_wus {
+            let valid = bit(self.valid_words(idx), i);
+            let placed = bit(Self::slot_words(&self.direct, slot, words), i);
+            if valid && !placed {
+                t += nand.copy_write_unit(self.copyback, i);
+                copied += 1;
+            }
+        }
+        let old = self.states[idx].phys;
+        if old != NONE {
+            t += nand.erase(self.g.au * SECTOR);
+            self.phys_erases[old as usize] += 1;
+            self.phys_free.push_back(old);
+        }
+        self.states[idx].phys = sl.new_phys;
+        self.states[idx].slot = NO_SLOT;
+        self.slots[slot] = FREE_SLOT;
+        if copied > 0 {
+            self.counters.gc_runs += 1;
+            self.counters.gc_copied_units += copied;
+        } else {
+            self.counters.au_completions += 1;
+        }
+        t
+    }
+
+    // ---- background debt -----------------------------------------------------------------
+
+    fn fold_estimate(&self, slot: usize) -> Nanos {
+        let sl = &self.slots[slot];
+        let idx = self.au_index[sl.au as usize] as usize;
+        let words = self.g.words;
+        let v = self.valid_words(idx);
+        let d = Self::slot_words(&self.direct, slot, words);
+        let copies: u64 = v
+            .iter()
+            .zip(d)
+            .map(|(a, b)| u64::from((a & !b).count_ones()))
+            .sum();
+        copies * self.copy_unit_estimate + self.erase_au_estimate
+    }
+
+    fn refresh_debt(&mut self) {
+        let log = self.log.as_ref().map_or(0, |l| l.len() as u64) * self.copy_unit_estimate;
+        let mut fold = 0;
+        for i in 0..self.slots.len() {
+            if self.slots[i].mode != Mode::Free && self.slots[i].slc {
+                fold += self.fold_estimate(i);
+            }
+        }
+        self.debt = log + fold;
+    }
+
+    /// The next piece of background work and its estimated cost: the oldest small-write
+    /// log page, else the least recently written AU with data in the SLC cache.
+    fn next_item(&mut self) -> Option<(Option<usize>, Nanos)> {
+        if let Some(log) = self.log.as_mut() {
+            if log.oldest().is_some() {
+                return Some((None, self.copy_unit_estimate));
+            }
+        }
+        let slot = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.mode != Mode::Free && s.slc)
+            .min_by_key(|(_, s)| s.last_use)
+            .map(|(i, _)| i)?;
+        Some((Some(slot), self.fold_estimate(slot)))
+    }
+
+    fn do_item(&mut self, nand: &mut Nand, item: Option<usize>) -> Nanos {
+        match item {
+            None => {
+                let page = self
+                    .log
+                    .as_mut()
+                    .and_then(SmallLog::pop_oldest)
+                    .expect("next_item saw a log page");
+                self.merge_log_page(nand, page)
+            }
+            Some(slot) => self.close(nand, slot),
+        }
+    }
+
+    /// BKOPS ran for `budget`: work off debt; returns the part of `budget` used. Work on an
+    /// item cut short carries over to the next call.
+    pub fn work(&mut self, nand: &mut Nand, budget: Nanos) -> Nanos {
+        let mut avail = budget.saturating_add(self.carry);
+        self.carry = 0;
+        while let Some((item, est)) = self.next_item() {
+            if est > avail {
+                self.carry = avail;
+                avail = 0;
+                break;
+            }
+            self.do_item(nand, item);
+            avail -= est;
+        }
+        self.refresh_debt();
+        let done = budget.saturating_sub(avail);
+        self.counters.background_ns += done;
+        done
+    }
+
+    /// Work off debt in the foreground until at most `target` is left; returns the time.
+    pub fn work_until(&mut self, nand: &mut Nand, target: Nanos) -> Nanos {
+        let mut t = 0;
+        while self.debt > target {
+            let Some((item, _)) = self.next_item() else {
+                break;
+            };
+            t += self.do_item(nand, item);
+            self.refresh_debt();
+        }
+        self.counters.foreground_ns += t;
+        t
+    }
+
+    // ---- erase family --------------------------------------------------------------------
+
+    /// Forget the data of `[start, end)` (whole write units only); AUs left without data
+    /// are erased, and with `purge` every other AU touched is garbage-collected so no old
+    /// copy of the data survives. Returns the NAND time.
+    pub fn unmap(&mut self, nand: &mut Nand, start: u64, end: u64, purge: bool) -> Nanos {
+        let end = end.min(self.total);
+        if start >= end {
+            return 0;
+        }
+        let g = self.g;
+        let mut t = 0;
+        if let Some(p) = self.pending {
+            if p.lo < end && p.hi > start {
+                self.pending = None;
+            }
+        }
+        if let Some(log) = self.log.as_mut() {
+            log.remove_range(start.div_ceil(g.page), end / g.page);
+        }
+        let mut au = start / g.au;
+        while au * g.au < end {
+            let au_start = au * g.au;
+            let lo = start.max(au_start) - au_start;
+            let hi = end.min(au_start + g.au) - au_start;
+            let w_lo = lo.div_ceil(g.wu);
+            let w_hi = hi / g.wu;
+            let i = self.au_index[au as usize];
+            if i != NONE {
+                let idx = i as usize;
+                let slot = self.states[idx].slot;
+                for w in w_lo..w_hi {
+                    set_bit(self.valid_words_mut(idx), w, false);
+                    if slot != NO_SLOT {
+                        let s = slot as usize;
+                        set_bit(&mut self.slc_bits[s * g.words..(s + 1) * g.words], w, false);
+                    }
+                }
+                let empty = self.valid_words(idx).iter().all(|&x| x == 0);
+                if slot != NO_SLOT {
+                    if empty || purge {
+                        t += self.close(nand, slot as usize);
+                    }
+                } else if empty {
+                    let old = self.states[idx].phys;
+                    if old != NONE {
+                        t += nand.erase(g.au * SECTOR);
+                        self.phys_erases[old as usize] += 1;
+                        self.phys_free.push_back(old);
+                        self.states[idx].phys = NONE;
+                    }
+                } else if purge {
+                    let (s, c) = self.open(nand, au, idx, lo);
+                    t += c + self.close(nand, s as usize);
+                }
+            }
+            au += 1;
+        }
+        self.refresh_debt();
+        t
+    }
+}
+
+impl Nand {
+    /// Expected time of `copy_write_unit` (fast and slow pages averaged), without doing it.
+    pub fn copy_write_unit_estimate(&self, copyback: bool) -> Nanos {
+        let mut probe = self.clone();
+        let a = probe.copy_write_unit(copyback, 0);
+        let b = probe.copy_write_unit(copyback, 1);
+        (a + b) / 2
+    }
+
+    /// Expected time of `erase(bytes)`, without doing it.
+    pub fn erase_estimate(&self, bytes: u64) -> Nanos {
+        self.clone().erase(bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests;
