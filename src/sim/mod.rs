@@ -3,3 +3,4 @@
 //! the card's counters.
 
 pub mod device;
+pub mod flashbench;
