@@ -194,9 +194,11 @@ pub struct FtlModel {
     /// Allocation unit ("buffer B", "segment", erase block group): the unit the card maps
     /// and garbage-collects.
     pub allocation_unit_bytes: u64,
-    /// AUs that can be open for writing at once in linear use.
+    /// AUs that can be open for writing at once (written linearly: Arnd Bergmann's
+    /// "open AUs linear").
     pub open_aus_linear: u64,
-    /// Of those, AUs that can be open in random use (written away from their write position).
+    /// Of those, how many can be in random use — written away from their write position
+    /// ("open AUs random"); at most `open_aus_linear`.
     pub open_aus_random: u64,
     #[serde(default)]
     pub eviction: Eviction,
@@ -227,16 +229,24 @@ pub struct FtlModel {
     pub special_region: Option<SpecialRegionModel>,
 }
 
-/// When a run of consecutive writes leaves buffer A for buffer B.
+/// Which small writes go to buffer A; the rest go to buffer B (their AU).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BufferARule {
-    /// A run of consecutive writes that touches more than one page goes to buffer B
-    /// (seed 003: "any consecutive write that exceeds 8K goes into the 4MB buffer").
+    /// A write (each write-unit piece of it) inside one page goes to buffer A; one that
+    /// touches two pages goes to buffer B, even if it is 1 KiB — what the seed 003
+    /// measurements show: a write straddling an 8 KiB boundary stalls, the same write
+    /// split at the boundary by the host does not.
     #[default]
     PageSpan,
-    /// A run longer than `run_limit_bytes` goes to buffer B (seed 003's earlier reading:
-    /// "the 4th consecutive 8KB block results in the entire 32KB getting pushed").
+    /// Consecutive writes join a run, and a run that touches two pages goes to buffer B:
+    /// Toshiba's own account in seed 003 ("consecutive small (8k) writes are treated as
+    /// one large sequential access"; "any consecutive write that exceeds 8K goes into the
+    /// 4MB buffer"), which is why it advised reliable writes or reverse order.
+    ConsecutiveRun,
+    /// Consecutive writes join a run, and a run longer than `run_limit_bytes` goes to
+    /// buffer B (seed 003's earlier reading: "the 4th consecutive 8KB block results in the
+    /// entire 32KB getting pushed into the bigger 4MB buffer").
     RunLength,
 }
 
@@ -250,7 +260,8 @@ pub struct BufferAModel {
     /// For `rule = "run_length"`: the longest run that stays in buffer A.
     #[serde(default)]
     pub run_limit_bytes: u64,
-    /// A reliable write is classified on its own, never as part of a run.
+    /// For the run rules: a reliable write is classified on its own, never as part of a
+    /// run (Toshiba's advice in seed 003: write the 8 KiB pieces with reliable write).
     #[serde(default)]
     pub reliable_breaks_run: bool,
     /// Pages the small-write log holds before the oldest must be merged into its AU.
@@ -258,6 +269,10 @@ pub struct BufferAModel {
     /// Each small write also programs an index page of the log.
     #[serde(default)]
     pub index_page: bool,
+    /// When one AU has more pages than this in the log, the AU is merged as a whole
+    /// (rewritten with its log pages folded in); 0 = no per-AU limit.
+    #[serde(default)]
+    pub pages_per_au: u64,
 }
 
 /// `[timing.ftl.slc_cache]`: random writes go to an SLC-mode cache and are folded into
@@ -267,6 +282,8 @@ pub struct BufferAModel {
 pub struct SlcCacheModel {
     /// Larger random writes bypass the cache and go straight to their AU.
     pub max_write_bytes: u64,
+    /// Data the cache holds before its oldest AU must be folded in the foreground.
+    pub capacity_bytes: u64,
 }
 
 /// `[timing.ftl.special_region]`: a region (e.g. where a FAT lives) kept page-mapped:

@@ -785,9 +785,14 @@ impl DeviceModel {
             || format!("{} is not 1..=64", t.open_aus_linear),
         )?;
         ensure(
-            t.open_aus_random <= 63,
+            t.open_aus_random <= t.open_aus_linear,
             "timing.ftl.open_aus_random",
-            || format!("{} is above 63", t.open_aus_random),
+            || {
+                format!(
+                    "{} is above open_aus_linear {}: AUs in random use are some of the open AUs",
+                    t.open_aus_random, t.open_aus_linear
+                )
+            },
         )?;
         ensure(
             t.random_writes == RandomWrites::None || t.open_aus_random >= 1,

@@ -81,30 +81,43 @@ struct AuState {
     /// Physical AU holding the AU's data, or NONE if it never had any.
     phys: u32,
     slot: u8,
+    /// Sector offset in the AU just after its last write: where a linear stream would
+    /// continue. Kept when the AU is closed, so a stream resumes after an eviction.
+    ptr: u64,
+    /// Pages of this AU's data in the SLC cache (0: none; the AU needs no fold).
+    slc_pages: u64,
+    /// Pages of this AU in the small-write log.
+    log_pages: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
 struct Slot {
     au: u32,
     mode: Mode,
-    /// Sector offset in the AU just after the last write.
-    ptr: u64,
     last_use: u64,
     opened: u64,
     new_phys: u32,
-    /// The AU has write units whose newest copy is in the SLC cache.
-    slc: bool,
 }
 
 const FREE_SLOT: Slot = Slot {
     au: NONE,
     mode: Mode::Free,
-    ptr: 0,
     last_use: 0,
     opened: 0,
     new_phys: NONE,
-    slc: false,
 };
+
+/// The SLC cache: which AUs have data in it, oldest first.
+#[derive(Debug)]
+struct SlcCache {
+    /// Random writes up to this many sectors go to the cache.
+    max_write: u64,
+    capacity_pages: u64,
+    pages: u64,
+    /// AUs in the order they first got cached data (entries of folded AUs are skipped).
+    aus: VecDeque<u32>,
+    count: u64,
+}
 
 /// Geometry in 512-byte sectors.
 #[derive(Debug, Clone, Copy)]
@@ -126,6 +139,8 @@ struct BufferA {
     run_limit: u64,
     reliable_breaks_run: bool,
     index_page: bool,
+    /// An AU with more pages than this in the log is merged as a whole.
+    pages_per_au: u64,
 }
 
 /// The page-mapped small-write log: which pages it holds, oldest first.
@@ -163,8 +178,12 @@ impl SmallLog {
         new
     }
 
-    fn remove(&mut self, page: u64) {
-        self.map.remove(&page);
+    fn remove(&mut self, page: u64) -> bool {
+        self.map.remove(&page).is_some()
+    }
+
+    fn contains(&self, page: u64) -> bool {
+        self.map.contains_key(&page)
     }
 
     fn oldest(&mut self) -> Option<u64> {
@@ -175,20 +194,6 @@ impl SmallLog {
             self.fifo.pop_front();
         }
         None
-    }
-
-    fn pop_oldest(&mut self) -> Option<u64> {
-        let p = self.oldest()?;
-        self.fifo.pop_front();
-        self.map.remove(&p);
-        Some(p)
-    }
-
-    fn remove_range(&mut self, first_page: u64, end_page: u64) {
-        if self.map.is_empty() {
-            return;
-        }
-        self.map.retain(|p, _| !(first_page..end_page).contains(p));
     }
 }
 
@@ -212,6 +217,7 @@ struct CmdState {
 pub struct Ftl {
     g: Geometry,
     total: u64,
+    /// AUs open at once (in any use), and how many of them may be in random use.
     open_linear: usize,
     open_random: usize,
     eviction: Eviction,
@@ -221,7 +227,7 @@ pub struct Ftl {
     reliable_write_ns: Nanos,
     coalesce: bool,
     buffer_a: Option<BufferA>,
-    slc_max: Option<u64>,
+    slc: Option<SlcCache>,
     special: Option<(u64, u64)>,
 
     au_index: Vec<u32>,
@@ -231,8 +237,6 @@ pub struct Ftl {
     slots: Vec<Slot>,
     /// Per slot: write units programmed into the new physical AU this session.
     direct: Vec<u64>,
-    /// Per slot: write units whose newest copy is in the SLC cache.
-    slc_bits: Vec<u64>,
     phys_free: VecDeque<u32>,
     phys_erases: Vec<u32>,
 
@@ -242,11 +246,14 @@ pub struct Ftl {
     /// Buffer A's current run of consecutive writes, and whether its tail is in buffer A.
     run: (u64, u64),
     run_in_a: bool,
+    /// End of the previous host write (a write starting here continues a stream).
+    last_end: u64,
     tick: u64,
     rng: Prng,
 
     copy_unit_estimate: Nanos,
-    erase_au_estimate: Nanos,
+    /// Folding one AU out of the SLC cache: copy all of it, erase the old copy.
+    fold_au_estimate: Nanos,
     debt: Nanos,
     carry: Nanos,
     pub counters: FtlCounters,
@@ -284,8 +291,8 @@ impl Ftl {
         };
         let n_aus = total_sectors.div_ceil(au);
         let open_linear = m.open_aus_linear.clamp(1, 127) as usize;
-        let open_random = m.open_aus_random.min(127) as usize;
-        let slots = open_linear + open_random;
+        let open_random = (m.open_aus_random as usize).min(open_linear);
+        let slots = open_linear;
         let n_phys = n_aus + m.spare_aus.max(slots as u64 + 2);
         let est = Nand::new(nand, 0);
         let copy_unit_estimate = est.copy_write_unit_estimate(m.gc_copy == GcCopy::Copyback);
@@ -307,8 +314,19 @@ impl Ftl {
                 run_limit: (a.run_limit_bytes / SECTOR).max(1),
                 reliable_breaks_run: a.reliable_breaks_run,
                 index_page: a.index_page,
+                pages_per_au: if a.pages_per_au == 0 {
+                    u64::MAX
+                } else {
+                    a.pages_per_au
+                },
             }),
-            slc_max: m.slc_cache.as_ref().map(|s| s.max_write_bytes / SECTOR),
+            slc: m.slc_cache.as_ref().map(|c| SlcCache {
+                max_write: c.max_write_bytes / SECTOR,
+                capacity_pages: (c.capacity_bytes / nand.page_bytes.max(512)).max(1),
+                pages: 0,
+                aus: VecDeque::with_capacity(64),
+                count: 0,
+            }),
             special: m.special_region.as_ref().map(|r| {
                 let start = r.offset_bytes / SECTOR;
                 (start, start + r.length_bytes / SECTOR)
@@ -318,7 +336,6 @@ impl Ftl {
             valid: Vec::with_capacity(touched_hint * words),
             slots: vec![FREE_SLOT; slots],
             direct: vec![0; slots * words],
-            slc_bits: vec![0; slots * words],
             phys_free: (0..n_phys as u32).collect(),
             phys_erases: vec![0; n_phys as usize],
             log: m
@@ -329,10 +346,11 @@ impl Ftl {
             pending: None,
             run: (u64::MAX, u64::MAX),
             run_in_a: false,
+            last_end: u64::MAX,
             tick: 0,
             rng: Prng::new(seed ^ 0x4654_4C00),
             copy_unit_estimate,
-            erase_au_estimate,
+            fold_au_estimate: au_wus * copy_unit_estimate + erase_au_estimate,
             debt: 0,
             carry: 0,
             counters: FtlCounters::default(),
@@ -382,6 +400,9 @@ impl Ftl {
         self.states.push(AuState {
             phys: NONE,
             slot: NO_SLOT,
+            ptr: 0,
+            slc_pages: 0,
+            log_pages: 0,
         });
         self.valid.extend(std::iter::repeat_n(0, self.g.words));
         self.au_index[au as usize] = idx as u32;
@@ -420,31 +441,47 @@ impl Ftl {
         set_bit(self.valid_words_mut(idx), w, true);
     }
 
+    fn is_open(&self, au: u64) -> bool {
+        match self.au_index.get(au as usize) {
+            Some(&i) if i != NONE => self.states[i as usize].slot != NO_SLOT,
+            _ => false,
+        }
+    }
+
     fn count_mode(&self, mode: Mode) -> usize {
         self.slots.iter().filter(|s| s.mode == mode).count()
     }
 
-    fn victim(&mut self, mode: Mode) -> usize {
-        let candidates = self
-            .slots
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.mode == mode);
-        match self.eviction {
-            Eviction::Lru => candidates.min_by_key(|(_, s)| s.last_use).map(|(i, _)| i),
-            Eviction::Fifo => candidates.min_by_key(|(_, s)| s.opened).map(|(i, _)| i),
+    /// The open AU to close: among those in `mode`, or among all open ones.
+    fn victim(&mut self, mode: Option<Mode>) -> usize {
+        let fits = |s: &Slot| s.mode != Mode::Free && mode.is_none_or(|m| s.mode == m);
+        let pick = match self.eviction {
+            Eviction::Lru => self
+                .slots
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| fits(s))
+                .min_by_key(|(_, s)| s.last_use)
+                .map(|(i, _)| i),
+            Eviction::Fifo => self
+                .slots
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| fits(s))
+                .min_by_key(|(_, s)| s.opened)
+                .map(|(i, _)| i),
             Eviction::Random => {
-                let n = candidates.count() as u64;
+                let n = self.slots.iter().filter(|s| fits(s)).count() as u64;
                 let k = self.rng.below(n.max(1));
                 self.slots
                     .iter()
                     .enumerate()
-                    .filter(|(_, s)| s.mode == mode)
+                    .filter(|(_, s)| fits(s))
                     .nth(k as usize)
                     .map(|(i, _)| i)
             }
-        }
-        .expect("a full pool has a victim")
+        };
+        pick.expect("a full pool has a victim")
     }
 
     // ---- the write path ------------------------------------------------------------------
@@ -463,6 +500,7 @@ impl Ftl {
                 self.finish_command(&mut t, reliable, false);
                 self.run = (start, end);
                 self.run_in_a = false;
+                self.last_end = end;
                 return t;
             }
         }
@@ -479,6 +517,7 @@ impl Ftl {
             s = e;
         }
         self.finish_command(&mut t, reliable, cmd.direct_sequential);
+        self.last_end = end;
         t
     }
 
@@ -535,25 +574,33 @@ impl Ftl {
         }
 
         if let Some(a) = self.buffer_a {
-            let consecutive = s == self.run.1 && !(reliable && a.reliable_breaks_run);
-            let run_start = if consecutive { self.run.0 } else { s };
+            // Runs join consecutive writes for the run rules; the card classifies each
+            // write unit on its own, so a run never crosses one.
+            let joins = a.rule != BufferARule::PageSpan
+                && s == self.run.1
+                && s % self.g.wu != 0
+                && !(reliable && a.reliable_breaks_run);
+            let run_start = if joins { self.run.0 } else { s };
             self.run = (run_start, e);
-            let in_a = match a.rule {
-                BufferARule::PageSpan => run_start / ps == (e - 1) / ps,
+            let small = match a.rule {
+                BufferARule::PageSpan => page == (e - 1) / ps,
+                BufferARule::ConsecutiveRun => run_start / ps == (e - 1) / ps,
                 BufferARule::RunLength => page == (e - 1) / ps && e - run_start <= a.run_limit,
             };
+            // An AU that is open takes its own small writes (its buffer B holds its data).
+            let in_a = small && !self.is_open(s / self.g.au);
             if in_a {
                 self.run_in_a = true;
                 return t + self.small_write(nand, s, e, a.index_page);
             }
-            if consecutive && self.run_in_a {
+            if joins && self.run_in_a {
                 // The run leaves buffer A: its part in this write unit goes to buffer B
                 // with this write, superseding the log's copies.
                 let wu_start = s / self.g.wu * self.g.wu;
                 let from = run_start.max(wu_start);
                 if from < s {
-                    if let Some(log) = self.log.as_mut() {
-                        log.remove_range(from / ps, s.div_ceil(ps));
+                    for p in from / ps..s.div_ceil(ps) {
+                        self.log_remove(p);
                     }
                     s = from;
                 }
@@ -585,7 +632,7 @@ impl Ftl {
             direct_sequential: false,
             len: hi - lo,
         };
-        self.au_write(nand, lo, hi, &mut cmd, self.slc_max.is_some())
+        self.au_write(nand, lo, hi, &mut cmd, self.slc.is_some())
     }
 
     /// Buffer A: read-modify-write of the page into the small-write log.
@@ -606,11 +653,57 @@ impl Ftl {
         self.mark_valid(s);
         self.counters.buffer_a_writes += 1;
         let log = self.log.as_mut().expect("buffer A has a log");
-        if log.insert(page) && log.len() > log.capacity {
-            let oldest = log.pop_oldest().expect("a full log has an oldest page");
-            t += self.merge_log_page(nand, oldest);
+        if log.insert(page) {
+            let full = log.len() > log.capacity;
+            let idx = self.state_index(s / self.g.au);
+            self.states[idx].log_pages += 1;
+            if self.states[idx].log_pages > self.buffer_a.map_or(u64::MAX, |a| a.pages_per_au) {
+                // Too many of this AU's pages in the log: merge the AU as a whole.
+                t += self.merge_au(nand, (s / self.g.au) as u32);
+            } else if full {
+                t += self.merge_oldest_log_page(nand);
+            }
         }
         t
+    }
+
+    /// Drop `page` from the small-write log (its data was superseded or merged).
+    fn log_remove(&mut self, page: u64) {
+        let Some(log) = self.log.as_mut() else {
+            return;
+        };
+        if log.remove(page) {
+            let au = page * self.g.page / self.g.au;
+            let i = self.au_index[au as usize];
+            if i != NONE {
+                let st = &mut self.states[i as usize];
+                st.log_pages = st.log_pages.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Merge the small-write log's oldest page into its AU.
+    fn merge_oldest_log_page(&mut self, nand: &mut Nand) -> Nanos {
+        let Some(page) = self.log.as_mut().and_then(SmallLog::oldest) else {
+            return 0;
+        };
+        self.log_remove(page);
+        self.merge_log_page(nand, page)
+    }
+
+    /// Rewrite an AU with all its small-write log pages folded in.
+    fn merge_au(&mut self, nand: &mut Nand, au: u32) -> Nanos {
+        let first = u64::from(au) * self.g.au / self.g.page;
+        let pages = self.g.au / self.g.page;
+        if self.log.as_ref().is_some_and(|l| l.len() > 0) {
+            for p in first..first + pages {
+                if self.log.as_ref().is_some_and(|l| l.contains(p)) {
+                    self.log_remove(p);
+                }
+            }
+        }
+        self.counters.log_merges += 1;
+        self.fold(nand, au)
     }
 
     fn merge_log_page(&mut self, nand: &mut Nand, page: u64) -> Nanos {
@@ -639,7 +732,7 @@ impl Ftl {
         t
     }
 
-    /// Buffer B: a piece of one write unit into its AU (or the AU's SLC cache).
+    /// Buffer B: a piece of one write unit into its AU (or into the SLC cache).
     fn au_write(
         &mut self,
         nand: &mut Nand,
@@ -654,50 +747,37 @@ impl Ftl {
         let off_end = off + (e - s);
         let mut t = 0;
         let idx = self.state_index(au);
-        let mut slot = self.states[idx].slot;
-        if slot == NO_SLOT {
-            let (sl, c) = self.open(nand, au, idx, off);
-            slot = sl;
-            t += c;
-        }
-        if self.linear_only && off < self.slots[slot as usize].ptr {
-            // Linear-only AU written below its write position: collect it, start over.
-            t += self.close(nand, slot as usize);
-            let (sl, c) = self.open(nand, au, idx, off);
-            slot = sl;
-            t += c;
-        }
-        let si = slot as usize;
         if cmd.au != au {
+            // A command continues a stream if it starts where the AU's last write ended,
+            // where the previous command ended, or at the start of the AU.
             cmd.au = au;
-            cmd.random = off != self.slots[si].ptr;
+            cmd.random = !(off == self.states[idx].ptr || s == self.last_end || off == 0);
         }
-        let use_slc = match self.slc_max {
-            Some(max) => force_slc || (cmd.random && cmd.len <= max),
+        let use_slc = match &self.slc {
+            Some(c) => force_slc || (cmd.random && cmd.len <= c.max_write),
             None => false,
         };
-        if (cmd.random || use_slc) && self.slots[si].mode == Mode::Linear {
-            t += self.make_random(nand, si);
-        }
         let w = off / g.wu;
-        let wu_lo = w * g.wu;
-        let words = g.words;
         if use_slc {
-            let first = s / g.page;
-            let last = (e - 1) / g.page;
-            let pages = last - first + 1;
-            let partial = (first..=last)
-                .filter(|&p| !(s <= p * g.page && e >= (p + 1) * g.page))
-                .count() as u64;
-            if partial > 0 && bit(self.valid_words(idx), w) {
-                t += nand.read_pages(partial, w);
-            }
-            t += nand.program_pages(pages, PageKind::Slc);
-            set_bit(&mut self.slc_bits[si * words..(si + 1) * words], w, true);
-            set_bit(&mut self.direct[si * words..(si + 1) * words], w, false);
-            self.slots[si].slc = true;
-            self.counters.slc_writes += 1;
+            t += self.slc_write(nand, idx, s, e);
         } else {
+            let mut slot = self.states[idx].slot;
+            if slot == NO_SLOT {
+                let (sl, c) = self.open(nand, au, idx, off);
+                slot = sl;
+                t += c;
+            } else if self.linear_only && off < self.states[idx].ptr {
+                // Linear-only AU written below its write position: collect it, start over.
+                t += self.close(nand, slot as usize);
+                let (sl, c) = self.open(nand, au, idx, off);
+                slot = sl;
+                t += c;
+            }
+            let si = slot as usize;
+            if cmd.random && self.slots[si].mode == Mode::Linear {
+                t += self.make_random(nand, si);
+            }
+            let wu_lo = w * g.wu;
             let full = off == wu_lo && off_end == wu_lo + g.wu;
             if !full && bit(self.valid_words(idx), w) {
                 let covered = (0..g.wu_pages)
@@ -710,41 +790,140 @@ impl Ftl {
                 self.counters.read_modify_writes += 1;
             }
             t += nand.program_write_unit(PageKind::Mlc { row: w });
+            let words = g.words;
             set_bit(&mut self.direct[si * words..(si + 1) * words], w, true);
-            set_bit(&mut self.slc_bits[si * words..(si + 1) * words], w, false);
             if !cmd.random {
                 cmd.direct_sequential = true;
             }
             self.counters.buffer_b_writes += 1;
+            self.tick += 1;
+            self.slots[si].last_use = self.tick;
         }
         set_bit(self.valid_words_mut(idx), w, true);
-        if let Some(log) = self.log.as_mut() {
+        if self.log.as_ref().is_some_and(|l| l.len() > 0) {
             // Pages this write covers completely supersede their small-write log copies.
-            if log.len() > 0 {
-                for p in s.div_ceil(g.page)..e / g.page {
-                    log.remove(p);
-                }
+            for p in s.div_ceil(g.page)..e / g.page {
+                self.log_remove(p);
             }
         }
-        self.tick += 1;
-        let sl = &mut self.slots[si];
-        sl.ptr = off_end;
-        sl.last_use = self.tick;
+        self.states[idx].ptr = off_end;
         // Written completely and all of it in place: close without copying.
-        let d = Self::slot_words(&self.direct, si, words);
-        let complete = (0..g.au_wus).all(|i| bit(d, i));
-        if complete {
-            t += self.close(nand, si);
+        let slot = self.states[idx].slot;
+        if slot != NO_SLOT {
+            let si = slot as usize;
+            let d = Self::slot_words(&self.direct, si, g.words);
+            if (0..g.au_wus).all(|i| bit(d, i)) {
+                t += self.close(nand, si);
+            }
         }
         t
     }
 
-    /// Open `au` for writing at sector offset `off`, evicting an open AU if the linear
-    /// pool is full.
+    /// Program the pages of `[s, e)` in SLC mode (read-modify-write of partial pages).
+    fn slc_write(&mut self, nand: &mut Nand, idx: usize, s: u64, e: u64) -> Nanos {
+        let g = self.g;
+        let w = (s % g.au) / g.wu;
+        let first = s / g.page;
+        let last = (e - 1) / g.page;
+        let pages = last - first + 1;
+        let partial = (first..=last)
+            .filter(|&p| !(s <= p * g.page && e >= (p + 1) * g.page))
+            .count() as u64;
+        let mut t = 0;
+        if partial > 0 && bit(self.valid_words(idx), w) {
+            t += nand.read_pages(partial, w);
+        }
+        t += nand.program_pages(pages, PageKind::Slc);
+        self.counters.slc_writes += 1;
+        let slot = self.states[idx].slot;
+        if slot != NO_SLOT {
+            // The newest copy of this write unit is now in the cache, not in the new AU.
+            let si = slot as usize;
+            let words = g.words;
+            set_bit(&mut self.direct[si * words..(si + 1) * words], w, false);
+        }
+        let au = (s / g.au) as u32;
+        let c = self.slc.as_mut().expect("SLC write without an SLC cache");
+        if self.states[idx].slc_pages == 0 {
+            c.aus.push_back(au);
+            c.count += 1;
+        }
+        self.states[idx].slc_pages += pages;
+        c.pages += pages;
+        if c.pages > c.capacity_pages {
+            // The cache is full: fold its oldest AU now.
+            if let Some(oldest) = self.oldest_slc_au() {
+                t += self.fold(nand, oldest);
+            }
+        }
+        t
+    }
+
+    /// The AU that has had data in the SLC cache longest.
+    fn oldest_slc_au(&mut self) -> Option<u32> {
+        let c = self.slc.as_mut()?;
+        while let Some(&au) = c.aus.front() {
+            let i = self.au_index[au as usize];
+            if i != NONE && self.states[i as usize].slc_pages > 0 {
+                return Some(au);
+            }
+            c.aus.pop_front();
+        }
+        None
+    }
+
+    /// Fold an AU's cached data back into it: close it if open, else rewrite it.
+    fn fold(&mut self, nand: &mut Nand, au: u32) -> Nanos {
+        let idx = self.au_index[au as usize] as usize;
+        let slot = self.states[idx].slot;
+        if slot != NO_SLOT {
+            return self.close(nand, slot as usize);
+        }
+        let mut t = 0;
+        let mut copied = 0;
+        for i in 0..self.g.au_wus {
+            if bit(self.valid_words(idx), i) {
+                t += nand.copy_write_unit(self.copyback, i);
+                copied += 1;
+            }
+        }
+        let new_phys = self
+            .phys_free
+            .pop_front()
+            .expect("spare physical AUs for a fold");
+        t += self.retire(nand, idx, new_phys);
+        self.counters.gc_runs += 1;
+        self.counters.gc_copied_units += copied;
+        t
+    }
+
+    /// The AU's data now lives in `new_phys`: erase its old physical AU and forget any
+    /// cached copies.
+    fn retire(&mut self, nand: &mut Nand, idx: usize, new_phys: u32) -> Nanos {
+        let mut t = 0;
+        let old = self.states[idx].phys;
+        if old != NONE {
+            t += nand.erase(self.g.au * SECTOR);
+            self.phys_erases[old as usize] += 1;
+            self.phys_free.push_back(old);
+        }
+        self.states[idx].phys = new_phys;
+        let cached = std::mem::take(&mut self.states[idx].slc_pages);
+        if cached > 0 {
+            if let Some(c) = self.slc.as_mut() {
+                c.pages -= cached.min(c.pages);
+                c.count -= 1;
+            }
+        }
+        t
+    }
+
+    /// Open `au` for writing at sector offset `off`, evicting an open AU if as many are
+    /// open as the card can keep.
     fn open(&mut self, nand: &mut Nand, au: u64, idx: usize, off: u64) -> (u8, Nanos) {
         let mut t = 0;
-        if self.count_mode(Mode::Linear) >= self.open_linear {
-            let v = self.victim(Mode::Linear);
+        if self.open_aus() >= self.open_linear {
+            let v = self.victim(None);
             self.counters.au_evictions += 1;
             t += self.close(nand, v);
         }
@@ -761,16 +940,14 @@ impl Ftl {
         self.slots[slot] = Slot {
             au: au as u32,
             mode: Mode::Linear,
-            ptr: off,
             last_use: self.tick,
             opened: self.tick,
             new_phys,
-            slc: false,
         };
         let w = self.g.words;
         self.direct[slot * w..(slot + 1) * w].fill(0);
-        self.slc_bits[slot * w..(slot + 1) * w].fill(0);
         self.states[idx].slot = slot as u8;
+        self.states[idx].ptr = off;
         self.counters.au_opens += 1;
         (slot as u8, t)
     }
@@ -782,7 +959,7 @@ impl Ftl {
             return 0;
         }
         if self.count_mode(Mode::Random) >= self.open_random {
-            let v = self.victim(Mode::Random);
+            let v = self.victim(Some(Mode::Random));
             self.counters.au_evictions += 1;
             t += self.close(nand, v);
         }
@@ -806,13 +983,7 @@ impl Ftl {
                 copied += 1;
             }
         }
-        let old = self.states[idx].phys;
-        if old != NONE {
-            t += nand.erase(self.g.au * SECTOR);
-            self.phys_erases[old as usize] += 1;
-            self.phys_free.push_back(old);
-        }
-        self.states[idx].phys = sl.new_phys;
+        t += self.retire(nand, idx, sl.new_phys);
         self.states[idx].slot = NO_SLOT;
         self.slots[slot] = FREE_SLOT;
         if copied > 0 {
@@ -826,60 +997,28 @@ impl Ftl {
 
     // ---- background debt -----------------------------------------------------------------
 
-    fn fold_estimate(&self, slot: usize) -> Nanos {
-        let sl = &self.slots[slot];
-        let idx = self.au_index[sl.au as usize] as usize;
-        let words = self.g.words;
-        let v = self.valid_words(idx);
-        let d = Self::slot_words(&self.direct, slot, words);
-        let copies: u64 = v
-            .iter()
-            .zip(d)
-            .map(|(a, b)| u64::from((a & !b).count_ones()))
-            .sum();
-        copies * self.copy_unit_estimate + self.erase_au_estimate
-    }
-
     fn refresh_debt(&mut self) {
         let log = self.log.as_ref().map_or(0, |l| l.len() as u64) * self.copy_unit_estimate;
-        let mut fold = 0;
-        for i in 0..self.slots.len() {
-            if self.slots[i].mode != Mode::Free && self.slots[i].slc {
-                fold += self.fold_estimate(i);
-            }
-        }
+        let fold = self.slc.as_ref().map_or(0, |c| c.count) * self.fold_au_estimate;
         self.debt = log + fold;
     }
 
     /// The next piece of background work and its estimated cost: the oldest small-write
-    /// log page, else the least recently written AU with data in the SLC cache.
-    fn next_item(&mut self) -> Option<(Option<usize>, Nanos)> {
+    /// log page, else the AU that has had data in the SLC cache longest.
+    fn next_item(&mut self) -> Option<(Option<u32>, Nanos)> {
         if let Some(log) = self.log.as_mut() {
             if log.oldest().is_some() {
                 return Some((None, self.copy_unit_estimate));
             }
         }
-        let slot = self
-            .slots
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.mode != Mode::Free && s.slc)
-            .min_by_key(|(_, s)| s.last_use)
-            .map(|(i, _)| i)?;
-        Some((Some(slot), self.fold_estimate(slot)))
+        let au = self.oldest_slc_au()?;
+        Some((Some(au), self.fold_au_estimate))
     }
 
-    fn do_item(&mut self, nand: &mut Nand, item: Option<usize>) -> Nanos {
+    fn do_item(&mut self, nand: &mut Nand, item: Option<u32>) -> Nanos {
         match item {
-            None => {
-                let page = self
-                    .log
-                    .as_mut()
-                    .and_then(SmallLog::pop_oldest)
-                    .expect("next_item saw a log page");
-                self.merge_log_page(nand, page)
-            }
-            Some(slot) => self.close(nand, slot),
+            None => self.merge_oldest_log_page(nand),
+            Some(au) => self.fold(nand, au),
         }
     }
 
@@ -934,8 +1073,28 @@ impl Ftl {
                 self.pending = None;
             }
         }
-        if let Some(log) = self.log.as_mut() {
-            log.remove_range(start.div_ceil(g.page), end / g.page);
+        if self.log.as_ref().is_some_and(|l| l.len() > 0) {
+            let (first, last) = (start.div_ceil(g.page), end / g.page);
+            if last - first.min(last) <= 4 * self.log.as_ref().map_or(0, |l| l.capacity) as u64 {
+                for p in first..last {
+                    self.log_remove(p);
+                }
+            } else {
+                let pages: Vec<u64> = self
+                    .log
+                    .as_ref()
+                    .map(|l| {
+                        l.map
+                            .keys()
+                            .copied()
+                            .filter(|p| (first..last).contains(p))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                for p in pages {
+                    self.log_remove(p);
+                }
+            }
         }
         let mut au = start / g.au;
         while au * g.au < end {
@@ -950,10 +1109,6 @@ impl Ftl {
                 let slot = self.states[idx].slot;
                 for w in w_lo..w_hi {
                     set_bit(self.valid_words_mut(idx), w, false);
-                    if slot != NO_SLOT {
-                        let s = slot as usize;
-                        set_bit(&mut self.slc_bits[s * g.words..(s + 1) * g.words], w, false);
-                    }
                 }
                 let empty = self.valid_words(idx).iter().all(|&x| x == 0);
                 if slot != NO_SLOT {
@@ -961,16 +1116,9 @@ impl Ftl {
                         t += self.close(nand, slot as usize);
                     }
                 } else if empty {
-                    let old = self.states[idx].phys;
-                    if old != NONE {
-                        t += nand.erase(g.au * SECTOR);
-                        self.phys_erases[old as usize] += 1;
-                        self.phys_free.push_back(old);
-                        self.states[idx].phys = NONE;
-                    }
+                    t += self.retire(nand, idx, NONE);
                 } else if purge {
-                    let (s, c) = self.open(nand, au, idx, lo);
-                    t += c + self.close(nand, s as usize);
+                    t += self.fold(nand, au as u32);
                 }
             }
             au += 1;

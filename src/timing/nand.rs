@@ -164,12 +164,15 @@ impl Nand {
         t
     }
 
-    /// Read `pages` single pages one after another into the controller (as a
-    /// read-modify-write does), each at page row `row`.
+    /// Read `pages` pages of one page row into the controller (as a read-modify-write
+    /// does): multi-plane reads of up to `planes` pages, then the transfer of each.
     pub fn read_pages(&mut self, pages: u64, row: u64) -> Nanos {
-        let mut t = 0;
-        for _ in 0..pages {
-            t += self.read(1, row) + self.transfer_ns(self.page_bytes);
+        let mut t = self.transfer_ns(pages * self.page_bytes);
+        let mut left = pages;
+        while left > 0 {
+            let n = left.min(self.planes);
+            t += self.read(n, row);
+            left -= n;
         }
         t
     }
