@@ -5,6 +5,7 @@
 //! cargo run --release --example flashbench -- MODEL align-read [BLOCKSIZE] [TRIES]
 //! cargo run --release --example flashbench -- MODEL open-au N [--random] [--smallest BYTES]
 //! cargo run --release --example flashbench -- MODEL size-sweep
+//! cargo run --release --example flashbench -- MODEL seq-write [REQUEST_BYTES] [TOTAL_BYTES]
 //! ```
 //! Every run starts from a card whose user area was written once sequentially (a used
 //! card: garbage collection has valid data to copy), then prints the card's counters.
@@ -74,6 +75,24 @@ fn main() {
             let whole = Region::whole(&dev);
             let r = flashbench::open_au(&mut dev, whole, &o).expect("open-au");
             print!("{r}");
+        }
+        "seq-write" => {
+            // lmdd-like: sequential writes of one request size, no packing.
+            let req = positional(2).unwrap_or(64 << 10) / 512;
+            let total = positional(3).unwrap_or(64 << 20) / 512;
+            let start_ns = dev.now();
+            let mut lba = region.start + region.sectors;
+            let end = lba + total;
+            while lba < end {
+                dev.write(lba, req as u32, false).expect("write");
+                lba += req;
+            }
+            let ns = dev.now() - start_ns;
+            println!(
+                "{} KiB requests: {:.2} MB/s",
+                req / 2,
+                (total * 512) as f64 * 1e3 / ns as f64
+            );
         }
         _ => {
             let o = OpenAuOptions::default();

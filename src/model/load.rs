@@ -20,6 +20,15 @@ pub static BUILTIN_MODELS: &[(&str, &str)] = &[
         "sandisk-sem32g",
         include_str!("../../device-models/sandisk-sem32g.toml"),
     ),
+    (
+        "msm-emmc45-sdr50",
+        include_str!("../../device-models/msm-emmc45-sdr50.toml"),
+    ),
+    (
+        "msm-emmc45-ddr50",
+        include_str!("../../device-models/msm-emmc45-ddr50.toml"),
+    ),
+    ("ideal", include_str!("../../device-models/ideal.toml")),
 ];
 
 pub fn builtin_model_names() -> Vec<&'static str> {

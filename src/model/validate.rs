@@ -1154,6 +1154,109 @@ mod tests {
         rejects(&m, "timing.erase_group_ns");
     }
 
+    fn toshiba() -> DeviceModel {
+        DeviceModel::load("toshiba-mmc32g").unwrap()
+    }
+
+    fn flash(m: &mut DeviceModel) -> &mut FlashTimingModel {
+        match &mut m.timing {
+            TimingModel::Flash(f) => f,
+            TimingModel::Constant(_) => panic!("not a flash model"),
+        }
+    }
+
+    #[test]
+    fn flash_timing_rules_name_their_field() {
+        toshiba().validate().unwrap();
+        type FlashBreakage = (&'static str, fn(&mut FlashTimingModel));
+        let cases: [FlashBreakage; 18] = [
+            ("timing.nand.page_bytes", |f| f.nand.page_bytes = 3000),
+            ("timing.nand.page_bytes", |f| f.nand.page_bytes = 256),
+            ("timing.nand.planes", |f| f.nand.planes = 0),
+            ("timing.nand.dies", |f| f.nand.dies = 17),
+            ("timing.nand.block_pages", |f| f.nand.block_pages = 0),
+            ("timing.nand.read_page_slow_ns", |f| {
+                f.nand.read_page_slow_ns = f.nand.read_page_ns - 1
+            }),
+            ("timing.nand.program_page_slow_ns", |f| {
+                f.nand.program_page_slow_ns = 1
+            }),
+            ("timing.nand.jitter_permille", |f| {
+                f.nand.jitter_permille = 501
+            }),
+            ("timing.ftl.allocation_unit_bytes", |f| {
+                f.ftl.allocation_unit_bytes = 3 << 20 | 4096
+            }),
+            ("timing.ftl.open_aus_linear", |f| f.ftl.open_aus_linear = 0),
+            ("timing.ftl.open_aus_random", |f| f.ftl.open_aus_random = 8),
+            ("timing.ftl.open_aus_random", |f| f.ftl.open_aus_random = 0),
+            ("timing.ftl.buffer_a.log_pages", |f| {
+                f.ftl.buffer_a.as_mut().unwrap().log_pages = 0
+            }),
+            ("timing.controller.sleep_awake_ns", |f| {
+                f.controller.sleep_awake_ns = 7_000_000
+            }),
+            ("timing.controller.power_off_ns", |f| {
+                f.controller.power_off_ns = 601 * MS
+            }),
+            ("timing.erase.group_ns", |f| f.erase.group_ns = 301 * MS),
+            ("timing.bkops.level_ns", |f| f.bkops.level_ns = [3, 2, 1]),
+            ("timing.bkops.foreground_target_ns", |f| {
+                f.bkops.foreground_target_ns = f.bkops.level_ns[2]
+            }),
+        ];
+        for (field, break_it) in cases {
+            let mut m = toshiba();
+            break_it(flash(&mut m));
+            rejects(&m, field);
+        }
+        let mut m = toshiba();
+        let b = flash(&mut m).ftl.buffer_a.as_mut().unwrap();
+        b.rule = BufferARule::RunLength;
+        b.run_limit_bytes = 1000;
+        rejects(&m, "timing.ftl.buffer_a.run_limit_bytes");
+        let mut m = DeviceModel::load("sandisk-sem32g").unwrap();
+        flash(&mut m)
+            .ftl
+            .slc_cache
+            .as_mut()
+            .unwrap()
+            .max_write_bytes = 100;
+        rejects(&m, "timing.ftl.slc_cache.max_write_bytes");
+        let mut m = toshiba();
+        flash(&mut m).ftl.special_region = Some(crate::model::SpecialRegionModel {
+            offset_bytes: m.user_bytes() - 512,
+            length_bytes: 1024,
+        });
+        rejects(&m, "timing.ftl.special_region");
+    }
+
+    #[test]
+    fn timing_model_is_a_tagged_choice_with_no_unknown_keys() {
+        let text = super::super::BUILTIN_MODELS
+            .iter()
+            .find(|(n, _)| *n == "toshiba-mmc32g")
+            .unwrap()
+            .1;
+        let typo = text.replace("[timing.nand]\n", "[timing.nand]\npage_byte = 1\n");
+        let err = DeviceModel::from_toml_str("test", &typo).unwrap_err();
+        assert!(err.to_string().contains("page_byte"), "{err}");
+        let unknown = text.replace("model = \"flash\"", "model = \"magnetic\"");
+        let err = DeviceModel::from_toml_str("test", &unknown).unwrap_err();
+        assert!(err.to_string().contains("magnetic"), "{err}");
+        // Constant-cost keys are not flash keys.
+        let mixed = text.replace(
+            "[timing.controller]\n",
+            "read_access_ns = 5\n[timing.controller]\n",
+        );
+        let err = DeviceModel::from_toml_str("test", &mixed).unwrap_err();
+        assert!(err.to_string().contains("read_access_ns"), "{err}");
+        // A [timing] without a model names what is missing.
+        let untagged = generic_text().replace("model = \"constant\"", "");
+        let err = DeviceModel::from_toml_str("test", &untagged).unwrap_err();
+        assert!(err.to_string().contains("model"), "{err}");
+    }
+
     #[test]
     fn prv_and_mdt_encodings() {
         let mut cid = generic().cid;

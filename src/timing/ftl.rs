@@ -389,6 +389,34 @@ impl Ftl {
         (max, min, mean)
     }
 
+    /// Heap bytes the FTL's state occupies (for the memory bound of large cards).
+    pub fn memory_bytes(&self) -> usize {
+        use std::mem::size_of;
+        self.au_index.capacity() * size_of::<u32>()
+            + self.states.capacity() * size_of::<AuState>()
+            + (self.valid.capacity() + self.direct.capacity()) * size_of::<u64>()
+            + self.slots.capacity() * size_of::<Slot>()
+            + self.phys_free.capacity() * size_of::<u32>()
+            + self.phys_erases.capacity() * size_of::<u32>()
+            + self.log.as_ref().map_or(0, |l| {
+                l.map.capacity() * (2 * size_of::<u64>() + 8) + l.fifo.capacity() * 16
+            })
+            + self
+                .slc
+                .as_ref()
+                .map_or(0, |c| c.aus.capacity() * size_of::<u32>())
+    }
+
+    /// AUs that hold data in the SLC cache.
+    pub fn slc_aus(&self) -> u64 {
+        self.slc.as_ref().map_or(0, |c| c.count)
+    }
+
+    /// Pages in the small-write log.
+    pub fn log_pages(&self) -> usize {
+        self.log.as_ref().map_or(0, SmallLog::len)
+    }
+
     // ---- state helpers -------------------------------------------------------------------
 
     fn state_index(&mut self, au: u64) -> usize {
