@@ -7,8 +7,8 @@
 //! or random): the valid data it did not receive is copied into its new physical AU and
 //! its old physical AU is erased — "many milliseconds". An AU written completely is closed
 //! without copying. Writes to an open AU away from its write position put it in *random*
-//! use (a separate, usually smaller pool); cards with linear-only AUs garbage-collect the
-//! AU instead when a write goes below its write position.
+//! use, which only some of the open AUs may be in at once; cards with linear-only AUs
+//! garbage-collect the AU instead when a write goes below its write position.
 //!
 //! Inside an AU the card programs whole **write units** (page × planes × dies); a write
 //! that covers part of a write unit is read-modify-write. Commands are handled in
@@ -16,12 +16,18 @@
 //!
 //! * a **sub-page coalescing buffer** (SanDisk): a write inside one page waits in RAM;
 //!   a non-contiguous write flushes it, contiguous writes fill the page first;
-//! * **buffer A** (Toshiba): a run of consecutive writes that stays within one page goes
-//!   to a page-mapped small-write log (read-modify-write of the page); a run that spans
-//!   two pages goes to buffer B. A reliable write starts its own run, so page-sized
-//!   reliable writes (or writes split at page boundaries) stay in buffer A;
-//! * an **SLC cache** (SanDisk): random writes are programmed in SLC mode and folded
-//!   into their AU when it is garbage-collected or by background operations.
+//! * **buffer A** (Toshiba): a piece inside one page, of an AU that is not open, goes to
+//!   a page-mapped small-write log (read-modify-write of the page); a piece touching two
+//!   pages goes to buffer B. Variants join consecutive writes into runs first (Toshiba's
+//!   own account), which a reliable write breaks. When the log is full its oldest page
+//!   is merged; when one AU has too many pages in it, that AU is merged whole;
+//! * an **SLC cache** (SanDisk): random writes are programmed in SLC mode without
+//!   opening their AU, and folded into it when it is garbage-collected, by background
+//!   operations, or when the cache is full.
+//!
+//! Each AU remembers where its last write ended, across evictions: a write continuing
+//! there, continuing the previous command, or starting the AU is sequential; any other
+//! is random.
 //!
 //! The small-write log and the SLC data are the card's *background debt*: BKOPS works it
 //! off; when it is critical, writes work it off in the foreground first.
@@ -476,6 +482,13 @@ impl Ftl {
         }
     }
 
+    /// Are the first `n` bits of `words` all set?
+    fn all_set(words: &[u64], n: u64) -> bool {
+        let full = (n / 64) as usize;
+        words[..full].iter().all(|&w| w == u64::MAX)
+            && (n % 64 == 0 || words[full] & ((1u64 << (n % 64)) - 1) == (1u64 << (n % 64)) - 1)
+    }
+
     fn count_mode(&self, mode: Mode) -> usize {
         self.slots.iter().filter(|s| s.mode == mode).count()
     }
@@ -840,7 +853,7 @@ impl Ftl {
         if slot != NO_SLOT {
             let si = slot as usize;
             let d = Self::slot_words(&self.direct, si, g.words);
-            if (0..g.au_wus).all(|i| bit(d, i)) {
+            if Self::all_set(d, g.au_wus) {
                 t += self.close(nand, si);
             }
         }
