@@ -204,6 +204,9 @@ fn packed_check(h: &mut MmcHost) -> Result<String, String> {
 fn cache_check(h: &mut MmcHost) -> Result<String, String> {
     h.mmc_write_blocks(30_000, &pattern(7, 16), 0)
         .map_err(|e| e.to_string())?;
+    if h.card.model().ext_csd.cache_size == 0 {
+        return Ok("the model has no cache (CACHE_SIZE 0): writes are durable at once".into());
+    }
     let volatile: u64 = h.card.volatile_sectors().iter().map(|r| r.1).sum();
     if volatile < 16 {
         return Err(format!(
@@ -234,6 +237,9 @@ fn reliable_check(h: &mut MmcHost, caps: &HostCaps) -> Result<String, String> {
     if back != data {
         return Err("reliable write lost".into());
     }
+    if h.card.model().ext_csd.cache_size == 0 {
+        return Ok("the reliable write survived (the model has no cache)".into());
+    }
     h.mmc_read_blocks(40_100, &mut back)
         .map_err(|e| e.to_string())?;
     if back == cached {
@@ -243,8 +249,11 @@ fn reliable_check(h: &mut MmcHost, caps: &HostCaps) -> Result<String, String> {
 }
 
 fn hpi_check(h: &mut MmcHost) -> Result<String, String> {
-    h.mmc_switch(ext::CACHE_CTRL, 0)
-        .map_err(|e| e.to_string())?;
+    let cache = h.card.model().ext_csd.cache_size > 0;
+    if cache {
+        h.mmc_switch(ext::CACHE_CTRL, 0)
+            .map_err(|e| e.to_string())?;
+    }
     let blocks = 2048u32;
     h.mmc_send_r1(23, blocks).map_err(|e| e.to_string())?;
     h.mmc_send_r1(25, 60_000).map_err(|e| e.to_string())?;
@@ -253,8 +262,10 @@ fn hpi_check(h: &mut MmcHost) -> Result<String, String> {
         .map_err(|e| e.to_string())?;
     let (start, end) = (h.now, h.card.busy_until().unwrap_or(h.now));
     if end == start {
-        h.mmc_switch(ext::CACHE_CTRL, ext::CACHE_EN)
-            .map_err(|e| e.to_string())?;
+        if cache {
+            h.mmc_switch(ext::CACHE_CTRL, ext::CACHE_EN)
+                .map_err(|e| e.to_string())?;
+        }
         return Ok("the model programs in zero time: nothing to interrupt".into());
     }
     h.now = start + (end - start) / 2;
@@ -268,8 +279,10 @@ fn hpi_check(h: &mut MmcHost) -> Result<String, String> {
     }
     let e = h.mmc_get_ext_csd().map_err(|e| e.to_string())?;
     let done = ext::read_le(&e, ext::CORRECTLY_PRG_SECTORS_NUM, 4);
-    h.mmc_switch(ext::CACHE_CTRL, ext::CACHE_EN)
-        .map_err(|e| e.to_string())?;
+    if cache {
+        h.mmc_switch(ext::CACHE_CTRL, ext::CACHE_EN)
+            .map_err(|e| e.to_string())?;
+    }
     if done == 0 || done >= blocks {
         return Err(format!("CORRECTLY_PRG_SECTORS_NUM {done} of {blocks}"));
     }

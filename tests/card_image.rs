@@ -214,3 +214,26 @@ fn a_32_gib_card_runs_the_self_check_in_a_few_mib() {
     eprintln!("32 GiB card self-check: peak RSS {peak} KiB");
     assert!(peak < 32 * 1024, "peak RSS {peak} KiB");
 }
+
+#[test]
+// The child is reaped by wait4 in `wait_with_peak_rss`, which clippy cannot see.
+#[allow(clippy::zombie_processes)]
+fn the_32_gib_flash_models_run_the_self_check_in_a_few_mib() {
+    for model in ["toshiba-mmc32g", "sandisk-sem32g"] {
+        let mut child = exe()
+            .arg("selfcheck")
+            .arg("--model")
+            .arg(model)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdout = String::new();
+        std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+        let (status, peak) = wait_with_peak_rss(&child);
+        assert_eq!(status, 0, "{stdout}");
+        assert!(stdout.contains("67108864 sectors"), "{stdout}");
+        assert!(stdout.contains("0 failed"), "{stdout}");
+        eprintln!("{model} self-check: peak RSS {peak} KiB");
+        assert!(peak < 32 * 1024, "{model}: peak RSS {peak} KiB");
+    }
+}

@@ -44,7 +44,7 @@ pub use status::{r1, CardState};
 
 use crate::model::DeviceModel;
 use crate::store::{ImageLayout, Store, StoreError};
-use crate::timing::{ConstantTiming, Nanos, Timing};
+use crate::timing::{Nanos, Timing};
 
 use cache::VolatileCache;
 use ext_csd::EXT_CSD_LEN;
@@ -191,10 +191,10 @@ impl Card {
         }
     }
 
-    /// A card of `model` on `store` with the constant-cost timing of the model. The card
-    /// is powered on: persistent state is loaded from the store and the card is in idle.
+    /// A card of `model` on `store` with the timing model the model names. The card is
+    /// powered on: persistent state is loaded from the store and the card is in idle.
     pub fn new(model: DeviceModel, store: Box<dyn Store + Send>) -> Result<Card, CardError> {
-        let timing = Box::new(ConstantTiming::new(model.timing.clone()));
+        let timing = crate::timing::from_model(&model);
         Card::with_timing(model, store, timing)
     }
 
@@ -449,7 +449,12 @@ impl Card {
 
     /// Outstanding background work (garbage-collection debt) in card time.
     pub fn bkops_outstanding_ns(&self) -> Nanos {
-        self.bkops_outstanding_ns
+        self.outstanding_background()
+    }
+
+    /// The card's timing model (for its counters; the card alone asks it for costs).
+    pub fn timing(&self) -> &dyn Timing {
+        self.timing.as_ref()
     }
 
     /// Add background work, as a timing model or a fault plan would.

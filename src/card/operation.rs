@@ -284,7 +284,23 @@ impl Card {
     /// BKOPS ran for `elapsed` from `start`.
     fn work_off_background(&mut self, start: Nanos, elapsed: Nanos) {
         let done = self.timing.background_work(start, elapsed);
-        self.bkops_outstanding_ns = self.bkops_outstanding_ns.saturating_sub(done);
+        let own = if self.timing.background_debt().is_some() {
+            // The model worked off its own debt; time left over goes to work added from
+            // outside the model.
+            elapsed.saturating_sub(done)
+        } else {
+            done
+        };
+        self.bkops_outstanding_ns = self.bkops_outstanding_ns.saturating_sub(own);
+    }
+
+    /// Outstanding background work: the timing model's own debt, if it keeps one, plus
+    /// what the card accumulated.
+    pub(super) fn outstanding_background(&self) -> Nanos {
+        self.timing
+            .background_debt()
+            .unwrap_or(0)
+            .saturating_add(self.bkops_outstanding_ns)
     }
 
     /// Power is cut at card time `at`: operations that completed by then are in; a write
@@ -343,6 +359,8 @@ impl Card {
         if self.model.ext_csd.bkops_support & 1 == 0 {
             return 0;
         }
-        self.timing.bkops_level(self.bkops_outstanding_ns).min(3)
+        self.timing
+            .bkops_level(self.outstanding_background())
+            .min(3)
     }
 }

@@ -287,7 +287,7 @@ impl Card {
                 // Busy until the outstanding background work is done (or HPI).
                 Ok(Effect {
                     op: OpKind::Bkops { overhead_ns: 0 },
-                    extra: Cost::busy(self.bkops_outstanding_ns),
+                    extra: Cost::busy(self.outstanding_background()),
                     ..Effect::generic()
                 })
             }

@@ -7,10 +7,29 @@ use super::{DeviceModel, ModelError};
 pub const DEFAULT_MODEL: &str = "generic-emmc45";
 
 /// Models compiled into the binary: (name, TOML text).
-pub static BUILTIN_MODELS: &[(&str, &str)] = &[(
-    "generic-emmc45",
-    include_str!("../../device-models/generic-emmc45.toml"),
-)];
+pub static BUILTIN_MODELS: &[(&str, &str)] = &[
+    (
+        "generic-emmc45",
+        include_str!("../../device-models/generic-emmc45.toml"),
+    ),
+    (
+        "toshiba-mmc32g",
+        include_str!("../../device-models/toshiba-mmc32g.toml"),
+    ),
+    (
+        "sandisk-sem32g",
+        include_str!("../../device-models/sandisk-sem32g.toml"),
+    ),
+    (
+        "msm-emmc45-sdr50",
+        include_str!("../../device-models/msm-emmc45-sdr50.toml"),
+    ),
+    (
+        "msm-emmc45-ddr50",
+        include_str!("../../device-models/msm-emmc45-ddr50.toml"),
+    ),
+    ("ideal", include_str!("../../device-models/ideal.toml")),
+];
 
 pub fn builtin_model_names() -> Vec<&'static str> {
     BUILTIN_MODELS.iter().map(|(n, _)| *n).collect()

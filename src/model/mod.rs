@@ -6,9 +6,15 @@
 //! register encodings; the comments in the model files give the decoded meaning and the
 //! source of every number.
 
+mod flash;
 mod load;
 mod validate;
 
+pub use flash::{
+    BkopsModel, BufferAModel, BufferARule, CacheTimingModel, ControllerModel, EraseTimingModel,
+    Eviction, FlashTimingModel, FtlModel, GcCopy, NandModel, RandomWrites, SlcCacheModel,
+    SpecialRegionModel, TimingModel,
+};
 pub use load::{builtin_model_names, BUILTIN_MODELS, DEFAULT_MODEL};
 
 use serde::{Deserialize, Serialize};
@@ -27,10 +33,10 @@ pub struct DeviceModel {
     /// The host the card is driven by in the simulator (and was measured behind).
     #[serde(default)]
     pub host: HostModel,
-    /// Costs of card operations. The constant-cost model is the first implementation of
-    /// `timing::Timing`; richer models replace it.
+    /// Costs of card operations: `[timing] model = "constant"` or `"flash"`. Absent, the
+    /// card is ideal (constant-cost, every cost zero).
     #[serde(default)]
-    pub timing: ConstantTimingModel,
+    pub timing: TimingModel,
 }
 
 /// Card Identification register contents.

@@ -7,7 +7,10 @@
 //! (PRV, MDT, C_SIZE), so that "valid" and "encodable" cannot drift apart. They live in the
 //! model layer because the card layer depends on the model, not the other way round.
 
-use super::{CidModel, DeviceModel, ModelError};
+use super::{
+    BufferARule, CidModel, ConstantTimingModel, DeviceModel, FlashTimingModel, ModelError,
+    RandomWrites, TimingModel,
+};
 
 /// The only EXT_CSD revision this project emulates: eMMC 4.5/4.51 (facts §6.2).
 const EMULATED_EXT_CSD_REV: u8 = 6;
@@ -590,88 +593,270 @@ impl DeviceModel {
         })
     }
 
-    /// The constant-cost timing must stay within the limits the EXT_CSD advertises, or a
-    /// host that trusts them times the card out.
+    /// Busy times must stay within the limits the EXT_CSD advertises, or a host that
+    /// trusts them times the card out; a flash model's geometry must also hang together.
     fn check_timing(&self) -> Result<(), Problem> {
-        let t = &self.timing;
+        match &self.timing {
+            TimingModel::Constant(t) => self.check_constant_timing(t),
+            TimingModel::Flash(f) => self.check_flash_timing(f),
+        }
+    }
+
+    /// A busy time against an EXT_CSD limit.
+    fn limit(field: &'static str, cost: u64, limit_ns: u64, what: &str) -> Result<(), Problem> {
+        ensure(cost <= limit_ns, field, || {
+            format!(
+                "{cost} ns ({}) exceeds the {} the device advertises in {what}; a host \
+                 would time the operation out",
+                ms(cost),
+                ms(limit_ns)
+            )
+        })
+    }
+
+    /// The limits every model's CMD6, HPI, sleep and erase times must keep.
+    fn check_busy_limits(&self, f: &BusyFields) -> Result<(), Problem> {
         let e = &self.ext_csd;
-        let nonzero: Vec<u64> = t
-            .bkops_level_ns
-            .iter()
-            .copied()
-            .filter(|&n| n != 0)
-            .collect();
-        ensure(
-            nonzero.windows(2).all(|w| w[0] <= w[1]),
-            "timing.bkops_level_ns",
-            || {
-                format!(
-                    "{:?}: the non-zero thresholds for levels 1, 2, 3 must not decrease",
-                    t.bkops_level_ns
-                )
-            },
-        )?;
-        let limit = |field: &'static str, cost: u64, limit_ns: u64, what: &str| {
-            ensure(cost <= limit_ns, field, || {
-                format!(
-                    "{cost} ns ({}) exceeds the {} the device advertises in {what}; a host \
-                     would time the operation out",
-                    ms(cost),
-                    ms(limit_ns)
-                )
-            })
-        };
         let cmd6_ns = u64::from(e.generic_cmd6_time) * 10 * MS;
-        limit(
-            "timing.switch_ns",
-            t.switch_ns,
-            cmd6_ns,
-            "GENERIC_CMD6_TIME",
-        )?;
+        Self::limit(f.switch.0, f.switch.1, cmd6_ns, "GENERIC_CMD6_TIME")?;
         if e.partition_switch_time > 0 {
             let ns = u64::from(e.partition_switch_time) * 10 * MS;
-            limit(
-                "timing.partition_switch_ns",
-                t.partition_switch_ns,
+            Self::limit(
+                f.partition_switch.0,
+                f.partition_switch.1,
                 ns,
                 "PARTITION_SWITCH_TIME",
             )?;
         } else {
-            limit(
-                "timing.partition_switch_ns",
-                t.partition_switch_ns,
+            Self::limit(
+                f.partition_switch.0,
+                f.partition_switch.1,
                 cmd6_ns,
                 "GENERIC_CMD6_TIME (PARTITION_SWITCH_TIME is 0)",
             )?;
         }
         if e.hpi_features & 0x01 != 0 {
             let ns = u64::from(e.out_of_interrupt_time) * 10 * MS;
-            limit(
-                "timing.hpi_exit_ns",
-                t.hpi_exit_ns,
-                ns,
-                "OUT_OF_INTERRUPT_TIME",
-            )?;
+            Self::limit(f.hpi_exit.0, f.hpi_exit.1, ns, "OUT_OF_INTERRUPT_TIME")?;
         }
         if (1..=MAX_S_A_TIMEOUT).contains(&e.s_a_timeout) {
             let ns = 100u64 << e.s_a_timeout;
-            limit("timing.sleep_awake_ns", t.sleep_awake_ns, ns, "S_A_TIMEOUT")?;
+            Self::limit(f.sleep_awake.0, f.sleep_awake.1, ns, "S_A_TIMEOUT")?;
         }
         if e.hc_erase_grp_size > 0 && e.erase_timeout_mult > 0 {
             let ns = u64::from(e.erase_timeout_mult) * 300 * MS;
-            limit(
-                "timing.erase_group_ns",
-                t.erase_group_ns,
-                ns,
-                "ERASE_TIMEOUT_MULT",
-            )?;
+            Self::limit(f.erase_group.0, f.erase_group.1, ns, "ERASE_TIMEOUT_MULT")?;
         }
         if e.trim_mult > 0 {
             let ns = u64::from(e.trim_mult) * 300 * MS;
-            limit("timing.erase_group_ns", t.erase_group_ns, ns, "TRIM_MULT")?;
+            Self::limit(f.erase_group.0, f.erase_group.1, ns, "TRIM_MULT")?;
+        }
+        if let Some((field, ns)) = f.power_off {
+            if e.power_off_long_time > 0 {
+                let limit = u64::from(e.power_off_long_time) * 10 * MS;
+                Self::limit(field, ns, limit, "POWER_OFF_LONG_TIME")?;
+            }
         }
         Ok(())
     }
+
+    fn check_bkops_levels(field: &'static str, levels: &[u64; 3]) -> Result<(), Problem> {
+        let nonzero: Vec<u64> = levels.iter().copied().filter(|&n| n != 0).collect();
+        ensure(nonzero.windows(2).all(|w| w[0] <= w[1]), field, || {
+            format!("{levels:?}: the non-zero thresholds for levels 1, 2, 3 must not decrease")
+        })
+    }
+
+    fn check_constant_timing(&self, t: &ConstantTimingModel) -> Result<(), Problem> {
+        Self::check_bkops_levels("timing.bkops_level_ns", &t.bkops_level_ns)?;
+        self.check_busy_limits(&BusyFields {
+            switch: ("timing.switch_ns", t.switch_ns),
+            partition_switch: ("timing.partition_switch_ns", t.partition_switch_ns),
+            hpi_exit: ("timing.hpi_exit_ns", t.hpi_exit_ns),
+            sleep_awake: ("timing.sleep_awake_ns", t.sleep_awake_ns),
+            erase_group: ("timing.erase_group_ns", t.erase_group_ns),
+            power_off: None,
+        })
+    }
+
+    fn check_flash_timing(&self, f: &FlashTimingModel) -> Result<(), Problem> {
+        let c = &f.controller;
+        self.check_busy_limits(&BusyFields {
+            switch: ("timing.controller.switch_ns", c.switch_ns),
+            partition_switch: (
+                "timing.controller.partition_switch_ns",
+                c.partition_switch_ns,
+            ),
+            hpi_exit: ("timing.controller.hpi_exit_ns", c.hpi_exit_ns),
+            sleep_awake: ("timing.controller.sleep_awake_ns", c.sleep_awake_ns),
+            erase_group: ("timing.erase.group_ns", f.erase.group_ns),
+            power_off: Some(("timing.controller.power_off_ns", c.power_off_ns)),
+        })?;
+        Self::check_bkops_levels("timing.bkops.level_ns", &f.bkops.level_ns)?;
+        let l3 = f.bkops.level_ns[2];
+        ensure(
+            l3 == 0 || f.bkops.foreground_target_ns < l3,
+            "timing.bkops.foreground_target_ns",
+            || {
+                format!(
+                    "{} is not below the level-3 threshold {l3}: foreground collection would \
+                     never bring the debt out of the critical level",
+                    f.bkops.foreground_target_ns
+                )
+            },
+        )?;
+
+        let n = &f.nand;
+        ensure(
+            n.page_bytes.is_power_of_two() && (512..=65536).contains(&n.page_bytes),
+            "timing.nand.page_bytes",
+            || format!("{} is not a power of two from 512 to 65536", n.page_bytes),
+        )?;
+        ensure((1..=8).contains(&n.planes), "timing.nand.planes", || {
+            format!("{} is not 1..=8", n.planes)
+        })?;
+        ensure((1..=16).contains(&n.dies), "timing.nand.dies", || {
+            format!("{} is not 1..=16", n.dies)
+        })?;
+        ensure(
+            (1..=4096).contains(&n.block_pages),
+            "timing.nand.block_pages",
+            || format!("{} is not 1..=4096", n.block_pages),
+        )?;
+        ensure(
+            n.read_page_slow_ns == 0 || n.read_page_slow_ns >= n.read_page_ns,
+            "timing.nand.read_page_slow_ns",
+            || {
+                format!(
+                    "{} is below read_page_ns {}: the slow page of an MLC pair is not faster",
+                    n.read_page_slow_ns, n.read_page_ns
+                )
+            },
+        )?;
+        ensure(
+            n.program_page_slow_ns == 0 || n.program_page_slow_ns >= n.program_page_ns,
+            "timing.nand.program_page_slow_ns",
+            || {
+                format!(
+                    "{} is below program_page_ns {}: the slow page of an MLC pair is not faster",
+                    n.program_page_slow_ns, n.program_page_ns
+                )
+            },
+        )?;
+        ensure(
+            n.jitter_permille <= 500,
+            "timing.nand.jitter_permille",
+            || format!("{} is above 500 (±50%)", n.jitter_permille),
+        )?;
+
+        let t = &f.ftl;
+        let wu = n.page_bytes * n.planes * n.dies;
+        ensure(
+            t.allocation_unit_bytes >= wu && t.allocation_unit_bytes % wu == 0,
+            "timing.ftl.allocation_unit_bytes",
+            || {
+                format!(
+                    "{} is not a whole number of write units of {wu} bytes \
+                     (nand.page_bytes × planes × dies)",
+                    t.allocation_unit_bytes
+                )
+            },
+        )?;
+        ensure(
+            t.allocation_unit_bytes <= self.user_bytes(),
+            "timing.ftl.allocation_unit_bytes",
+            || {
+                format!(
+                    "{} is larger than the {}-byte user area",
+                    t.allocation_unit_bytes,
+                    self.user_bytes()
+                )
+            },
+        )?;
+        let aus = self.user_bytes().div_ceil(t.allocation_unit_bytes);
+        ensure(
+            aus + t.spare_aus < u64::from(u32::MAX),
+            "timing.ftl.spare_aus",
+            || format!("{} AUs plus {} spare do not fit 32 bits", aus, t.spare_aus),
+        )?;
+        ensure(
+            (1..=64).contains(&t.open_aus_linear),
+            "timing.ftl.open_aus_linear",
+            || format!("{} is not 1..=64", t.open_aus_linear),
+        )?;
+        ensure(
+            t.open_aus_random <= t.open_aus_linear,
+            "timing.ftl.open_aus_random",
+            || {
+                format!(
+                    "{} is above open_aus_linear {}: AUs in random use are some of the open AUs",
+                    t.open_aus_random, t.open_aus_linear
+                )
+            },
+        )?;
+        ensure(
+            t.random_writes == RandomWrites::None || t.open_aus_random >= 1,
+            "timing.ftl.open_aus_random",
+            || "0, but random_writes = \"write_unit\" needs at least one AU in random use".into(),
+        )?;
+        if let Some(a) = &t.buffer_a {
+            ensure(a.log_pages >= 1, "timing.ftl.buffer_a.log_pages", || {
+                "0: the small-write log must hold at least one page".into()
+            })?;
+            ensure(
+                a.rule != BufferARule::RunLength
+                    || (a.run_limit_bytes >= 512 && a.run_limit_bytes % 512 == 0),
+                "timing.ftl.buffer_a.run_limit_bytes",
+                || {
+                    format!(
+                        "{} with rule = \"run_length\": give a whole number of 512-byte sectors",
+                        a.run_limit_bytes
+                    )
+                },
+            )?;
+        }
+        if let Some(c) = &t.slc_cache {
+            ensure(
+                c.max_write_bytes >= 512 && c.max_write_bytes % 512 == 0,
+                "timing.ftl.slc_cache.max_write_bytes",
+                || {
+                    format!(
+                        "{} is not a whole number of 512-byte sectors",
+                        c.max_write_bytes
+                    )
+                },
+            )?;
+        }
+        if let Some(r) = &t.special_region {
+            ensure(
+                r.length_bytes > 0
+                    && r.offset_bytes % 512 == 0
+                    && r.length_bytes % 512 == 0
+                    && r.offset_bytes.saturating_add(r.length_bytes) <= self.user_bytes(),
+                "timing.ftl.special_region",
+                || {
+                    format!(
+                        "offset {} + length {} is not a non-empty, sector-aligned range inside \
+                         the {}-byte user area",
+                        r.offset_bytes,
+                        r.length_bytes,
+                        self.user_bytes()
+                    )
+                },
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The model keys holding the busy times that EXT_CSD limits bound, and their values.
+struct BusyFields {
+    switch: (&'static str, u64),
+    partition_switch: (&'static str, u64),
+    hpi_exit: (&'static str, u64),
+    sleep_awake: (&'static str, u64),
+    erase_group: (&'static str, u64),
+    power_off: Option<(&'static str, u64)>,
 }
 
 impl CidModel {
@@ -951,22 +1136,125 @@ mod tests {
     #[test]
     fn timing_rules() {
         let mut m = generic();
-        m.timing.bkops_level_ns = [50, 0, 40];
+        m.timing.constant_mut().bkops_level_ns = [50, 0, 40];
         rejects(&m, "timing.bkops_level_ns");
-        m.timing.bkops_level_ns = [0, 50, 50];
+        m.timing.constant_mut().bkops_level_ns = [0, 50, 50];
         m.validate().unwrap();
         let mut m = generic();
-        m.timing.sleep_awake_ns = 7_000_000; // S_A_TIMEOUT 0x10 ≈ 6.55 ms
+        m.timing.constant_mut().sleep_awake_ns = 7_000_000; // S_A_TIMEOUT 0x10 ≈ 6.55 ms
         rejects(&m, "timing.sleep_awake_ns");
         let mut m = generic();
-        m.timing.switch_ns = 100 * MS + 1;
+        m.timing.constant_mut().switch_ns = 100 * MS + 1;
         rejects(&m, "timing.switch_ns");
         let mut m = generic();
-        m.timing.hpi_exit_ns = 101 * MS;
+        m.timing.constant_mut().hpi_exit_ns = 101 * MS;
         rejects(&m, "timing.hpi_exit_ns");
         let mut m = generic();
-        m.timing.erase_group_ns = 301 * MS;
+        m.timing.constant_mut().erase_group_ns = 301 * MS;
         rejects(&m, "timing.erase_group_ns");
+    }
+
+    fn toshiba() -> DeviceModel {
+        DeviceModel::load("toshiba-mmc32g").unwrap()
+    }
+
+    fn flash(m: &mut DeviceModel) -> &mut FlashTimingModel {
+        match &mut m.timing {
+            TimingModel::Flash(f) => f,
+            TimingModel::Constant(_) => panic!("not a flash model"),
+        }
+    }
+
+    #[test]
+    fn flash_timing_rules_name_their_field() {
+        toshiba().validate().unwrap();
+        type FlashBreakage = (&'static str, fn(&mut FlashTimingModel));
+        let cases: [FlashBreakage; 18] = [
+            ("timing.nand.page_bytes", |f| f.nand.page_bytes = 3000),
+            ("timing.nand.page_bytes", |f| f.nand.page_bytes = 256),
+            ("timing.nand.planes", |f| f.nand.planes = 0),
+            ("timing.nand.dies", |f| f.nand.dies = 17),
+            ("timing.nand.block_pages", |f| f.nand.block_pages = 0),
+            ("timing.nand.read_page_slow_ns", |f| {
+                f.nand.read_page_slow_ns = f.nand.read_page_ns - 1
+            }),
+            ("timing.nand.program_page_slow_ns", |f| {
+                f.nand.program_page_slow_ns = 1
+            }),
+            ("timing.nand.jitter_permille", |f| {
+                f.nand.jitter_permille = 501
+            }),
+            ("timing.ftl.allocation_unit_bytes", |f| {
+                f.ftl.allocation_unit_bytes = 3 << 20 | 4096
+            }),
+            ("timing.ftl.open_aus_linear", |f| f.ftl.open_aus_linear = 0),
+            ("timing.ftl.open_aus_random", |f| f.ftl.open_aus_random = 8),
+            ("timing.ftl.open_aus_random", |f| f.ftl.open_aus_random = 0),
+            ("timing.ftl.buffer_a.log_pages", |f| {
+                f.ftl.buffer_a.as_mut().unwrap().log_pages = 0
+            }),
+            ("timing.controller.sleep_awake_ns", |f| {
+                f.controller.sleep_awake_ns = 7_000_000
+            }),
+            ("timing.controller.power_off_ns", |f| {
+                f.controller.power_off_ns = 601 * MS
+            }),
+            ("timing.erase.group_ns", |f| f.erase.group_ns = 301 * MS),
+            ("timing.bkops.level_ns", |f| f.bkops.level_ns = [3, 2, 1]),
+            ("timing.bkops.foreground_target_ns", |f| {
+                f.bkops.foreground_target_ns = f.bkops.level_ns[2]
+            }),
+        ];
+        for (field, break_it) in cases {
+            let mut m = toshiba();
+            break_it(flash(&mut m));
+            rejects(&m, field);
+        }
+        let mut m = toshiba();
+        let b = flash(&mut m).ftl.buffer_a.as_mut().unwrap();
+        b.rule = BufferARule::RunLength;
+        b.run_limit_bytes = 1000;
+        rejects(&m, "timing.ftl.buffer_a.run_limit_bytes");
+        let mut m = DeviceModel::load("sandisk-sem32g").unwrap();
+        flash(&mut m)
+            .ftl
+            .slc_cache
+            .as_mut()
+            .unwrap()
+            .max_write_bytes = 100;
+        rejects(&m, "timing.ftl.slc_cache.max_write_bytes");
+        let mut m = toshiba();
+        flash(&mut m).ftl.special_region = Some(crate::model::SpecialRegionModel {
+            offset_bytes: m.user_bytes() - 512,
+            length_bytes: 1024,
+        });
+        rejects(&m, "timing.ftl.special_region");
+    }
+
+    #[test]
+    fn timing_model_is_a_tagged_choice_with_no_unknown_keys() {
+        let text = super::super::BUILTIN_MODELS
+            .iter()
+            .find(|(n, _)| *n == "toshiba-mmc32g")
+            .unwrap()
+            .1;
+        let typo = text.replace("[timing.nand]\n", "[timing.nand]\npage_byte = 1\n");
+        let err = DeviceModel::from_toml_str("test", &typo).unwrap_err();
+        assert!(err.to_string().contains("page_byte"), "{err}");
+        let unknown = text.replace("model = \"flash\"", "model = \"magnetic\"");
+        let err = DeviceModel::from_toml_str("test", &unknown).unwrap_err();
+        assert!(err.to_string().contains("magnetic"), "{err}");
+        // Constant-cost keys are not flash keys.
+        let mixed = text.replace(
+            "[timing.controller]\n",
+            "read_access_ns = 5\n[timing.controller]\n",
+        );
+        let err = DeviceModel::from_toml_str("test", &mixed).unwrap_err();
+        assert!(err.to_string().contains("read_access_ns"), "{err}");
+        // A [timing] without a model names what is missing.
+        let untagged = generic_text().replace("model = \"constant\"", "");
+        let err = DeviceModel::from_toml_str("test", &untagged).unwrap_err();
+        assert!(err.to_string().contains("model"), "{err}");
     }
 
     #[test]

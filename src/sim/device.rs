@@ -274,7 +274,10 @@ mod tests {
     #[test]
     fn programming_time_and_host_overhead_add_to_write_latency() {
         let mut model = ideal();
-        model.timing.program_command_ns = 1_000_000;
+        model.timing = crate::model::TimingModel::Constant(crate::model::ConstantTimingModel {
+            program_command_ns: 1_000_000,
+            ..Default::default()
+        });
         model.host.request_overhead_ns = 50_000;
         let mut dev = CardDevice::new(&model).unwrap();
         dev.card_mut().advance(0);

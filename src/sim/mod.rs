@@ -4,6 +4,7 @@
 
 pub mod command;
 pub mod device;
+pub mod flashbench;
 pub mod histogram;
 pub mod report;
 pub mod rng;

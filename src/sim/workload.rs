@@ -208,8 +208,10 @@ mod tests {
 
     fn device(program_ns: u64) -> CardDevice {
         let mut m = DeviceModel::load("generic-emmc45").unwrap();
-        m.timing = Default::default();
-        m.timing.program_command_ns = program_ns;
+        m.timing = crate::model::TimingModel::Constant(crate::model::ConstantTimingModel {
+            program_command_ns: program_ns,
+            ..Default::default()
+        });
         m.ext_csd.cache_size = 0;
         CardDevice::new(&m).unwrap()
     }

@@ -6,11 +6,32 @@
 //! image layout (see `store`), so a flash translation layer can model physical placement
 //! without knowing partitions or commands.
 
+pub mod bkops;
 pub mod bus;
+pub mod cache;
 mod constant;
+pub mod controller;
+pub mod erase;
+pub mod flash;
+pub mod ftl;
+pub mod nand;
+pub mod prng;
 
 pub use bus::Bus;
 pub use constant::ConstantTiming;
+pub use flash::{FlashStats, FlashTiming};
+
+use crate::model::{DeviceModel, TimingModel};
+
+/// The timing model a device model asks for.
+pub fn from_model(model: &DeviceModel) -> Box<dyn Timing + Send> {
+    match &model.timing {
+        TimingModel::Constant(c) => Box::new(ConstantTiming::new(c.clone())),
+        TimingModel::Flash(_) => {
+            Box::new(FlashTiming::new(model).expect("a flash [timing] section builds"))
+        }
+    }
+}
 
 /// Card time in nanoseconds since power-on of the simulated system.
 pub type Nanos = u64;
@@ -135,4 +156,15 @@ pub trait Timing {
     }
     /// BKOPS_STATUS level (0..=3) for this much outstanding background work.
     fn bkops_level(&self, outstanding_ns: Nanos) -> u8;
+    /// A model that keeps its own background debt (because foreground work can also
+    /// reduce it) reports it here and leaves [`Cost::background_ns`] zero; the card then
+    /// adds only work added from outside (`Card::add_background_work`). `None`: the card
+    /// accumulates `background_ns` itself.
+    fn background_debt(&self) -> Option<Nanos> {
+        None
+    }
+    /// Counters of a flash model (write amplification, P/E cycles, GC), if it is one.
+    fn flash_stats(&self) -> Option<FlashStats> {
+        None
+    }
 }

@@ -548,7 +548,7 @@ fn a_request_split_over_odd_segments_round_trips() {
 #[test]
 fn data_timeout_when_the_card_programs_longer_than_the_computed_timeout() {
     let mut m = model();
-    m.timing.program_command_ns = 10_000_000_000; // 10 s
+    m.timing.constant_mut().program_command_ns = 10_000_000_000; // 10 s
     let caps = HostCaps {
         cache: false,
         ..HostCaps::default()
@@ -581,7 +581,7 @@ fn data_timeout_when_the_card_programs_longer_than_the_computed_timeout() {
 #[test]
 fn read_access_longer_than_the_timeout_is_a_data_timeout() {
     let mut m = model();
-    m.timing.read_access_ns = 1_000_000_000;
+    m.timing.constant_mut().read_access_ns = 1_000_000_000;
     let mut s = brought_up(m, &HostCaps::default());
     let bus = s.host.bus();
     // Reads: 10 × (1 ms + 100 clocks) = 10.02 ms → count 6 (10.08 ms) at 52 MHz.
@@ -601,14 +601,14 @@ fn read_access_longer_than_the_timeout_is_a_data_timeout() {
     // The counter restarts at every block: 8 blocks may take 8 time-outs of internal
     // read time in all (5 ms each here), though not one block's worth up front.
     let mut m = model();
-    m.timing.read_access_ns = 0;
-    m.timing.read_block_ns = 5_000_000;
+    m.timing.constant_mut().read_access_ns = 0;
+    m.timing.constant_mut().read_block_ns = 5_000_000;
     let mut s = brought_up(m, &HostCaps::default());
     let mut buf = vec![0u8; 8 * 512];
     assert!(read(&mut s, 0, &mut buf).is_ok());
     let mut buf = vec![0u8; 512];
     let mut m = model();
-    m.timing.read_access_ns = 11_000_000;
+    m.timing.constant_mut().read_access_ns = 11_000_000;
     let mut s = brought_up(m, &HostCaps::default());
     assert_eq!(
         read(&mut s, 0, &mut buf).data_error,
@@ -619,7 +619,7 @@ fn read_access_longer_than_the_timeout_is_a_data_timeout() {
 #[test]
 fn r1b_busy_waiting_ends_at_the_cards_busy_end() {
     let mut m = model();
-    m.timing.switch_ns = 5_000_000;
+    m.timing.constant_mut().switch_ns = 5_000_000;
     let mut s = brought_up(m, &HostCaps::default());
     let bus = s.host.bus();
     let start = s.now;
@@ -636,7 +636,7 @@ fn r1b_busy_waiting_ends_at_the_cards_busy_end() {
 
     // A busy longer than the command's busy time-out stops at the time-out.
     let mut m = model();
-    m.timing.switch_ns = 90_000_000;
+    m.timing.constant_mut().switch_ns = 90_000_000;
     let mut s = brought_up(m, &HostCaps::default());
     let start = s.now;
     let done = s.command(r1(ResponseType::R1b, 6, arg).with_busy_timeout(10));
@@ -654,7 +654,7 @@ fn r1b_busy_waiting_ends_at_the_cards_busy_end() {
 fn long_cmd6_busy_is_polled_when_the_controller_cannot_wait_that_long() {
     // FLUSH_CACHE allows 10 min, beyond 2^27 TMCLK cycles: Linux sends R1 and polls.
     let mut m = model();
-    m.timing.flush_ns = 3_000_000_000;
+    m.timing.constant_mut().flush_ns = 3_000_000_000;
     let mut host = MmcHost::new(mem_card(m));
     host.mmc_init_card(&HostCaps::default()).unwrap();
     assert_eq!(host.sdhci.max_busy_timeout_ms(), 2581);
@@ -852,7 +852,7 @@ fn timing_equals_card_device_in_every_bus_mode() {
         m.host.timing = timing;
         m.host.clock_hz = clock_hz;
         m.host.bus_width = bus_width;
-        m.timing.read_block_ns = 3_000;
+        m.timing.constant_mut().read_block_ns = 3_000;
         timing_matches_card_device(m.clone(), SdhciConfig::for_model(&m.host));
     }
 }
