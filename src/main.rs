@@ -110,11 +110,11 @@ fn run(cli: Cli) -> Result<(), String> {
             Ok(())
         }
         Commands::Simulate(args) => {
-            let report = vhost_user_emmc::sim::command::simulate(&args)?;
+            let output = vhost_user_emmc::sim::command::simulate(&args)?;
             if args.json {
-                println!("{}", report.to_json());
+                println!("{}", output.to_json());
             } else {
-                print!("{}", report.to_text());
+                print!("{}", output.to_text());
             }
             Ok(())
         }

@@ -89,3 +89,74 @@ fn bad_arguments_are_refused_with_a_reason() {
         assert!(err.contains(want), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn flashbench_workloads_print_flashbench_rows_and_ftl_counters() {
+    let out = simulate(&[
+        "--model",
+        "toshiba-mmc32g",
+        "--workload",
+        "align-write",
+        "--bs",
+        "1024",
+        "--tries",
+        "1",
+        "--span",
+        "64M",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("write align 8192\tpre"), "{text}");
+    assert!(text.contains("flash: write amplification"), "{text}");
+    let j = json(&simulate(&[
+        "--model",
+        "sandisk-sem32g",
+        "--workload",
+        "open-au",
+        "--open-au",
+        "3",
+        "--bs",
+        "512",
+        "--smallest",
+        "512k",
+        "--json",
+    ]));
+    let rows = j["open_au"]["rows"].as_array().unwrap();
+    assert_eq!(
+        rows.len(),
+        4,
+        "4 MiB, 2 MiB, 1 MiB, 512 KiB: from erasesize down to --smallest: {j}"
+    );
+    assert!(rows
+        .iter()
+        .all(|r| r["bytes_per_sec"].as_f64().unwrap() > 0.0));
+    assert!(j["flash"]["write_amplification"].as_f64().unwrap() >= 1.0);
+}
+
+#[test]
+fn the_ideal_model_has_no_flash_counters_and_rand_write_reports_them_on_flash_models() {
+    let ideal = json(&simulate(&[
+        "--model",
+        "ideal",
+        "--workload",
+        "rand-write",
+        "--count",
+        "100",
+        "--json",
+    ]));
+    assert!(ideal["flash"].is_null());
+    let flash = json(&simulate(&[
+        "--model",
+        "toshiba-mmc32g",
+        "--workload",
+        "rand-write",
+        "--count",
+        "200",
+        "--json",
+    ]));
+    assert!(flash["flash"]["host_sectors"].as_u64().unwrap() >= 1600);
+}

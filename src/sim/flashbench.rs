@@ -152,7 +152,7 @@ impl Default for AlignOptions {
 
 /// One line of `flashbench -a`/`-A`: average times of the blocks before, across and after
 /// the boundaries, and `on − (pre + post) / 2`.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct AlignRow {
     pub align: u64,
     pub pre_ns: f64,
@@ -161,7 +161,7 @@ pub struct AlignRow {
     pub diff_ns: f64,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct AlignResult {
     pub write: bool,
     pub rows: Vec<AlignRow>,
@@ -264,7 +264,7 @@ impl Default for OpenAuOptions {
 }
 
 /// One line of `flashbench -O`: block size and write throughput.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct OpenAuRow {
     pub block_bytes: u64,
     /// Mean time per write.
@@ -273,7 +273,7 @@ pub struct OpenAuRow {
     pub bytes_per_sec: f64,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct OpenAuResult {
     pub open_aus: u32,
     pub random: bool,
@@ -336,7 +336,7 @@ pub fn open_au(
 }
 
 /// Write throughput against block size inside one AU, linear and random.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct SizeSweep {
     pub linear: OpenAuResult,
     pub random: OpenAuResult,

@@ -6,7 +6,7 @@ use serde::Serialize;
 use super::histogram::Histogram;
 use super::workload::RunStats;
 use crate::card::CardStats;
-use crate::timing::Nanos;
+use crate::timing::{FlashStats, Nanos};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct LatencySummary {
@@ -82,6 +82,23 @@ pub struct Report {
     pub read: LatencySummary,
     pub write: LatencySummary,
     pub card: CardCounters,
+    /// The flash translation layer's counters (flash timing models only).
+    pub flash: Option<FlashStats>,
+}
+
+/// One line of FTL counters for text reports.
+pub fn flash_line(f: &FlashStats) -> String {
+    format!(
+        "flash: write amplification {:.2}, {} GC runs ({} write units copied), {} AU evictions, {} open AUs, P/E max {} mean {:.2}, {:.1} ms background debt\n",
+        f.write_amplification,
+        f.ftl.gc_runs,
+        f.ftl.gc_copied_units,
+        f.ftl.au_evictions,
+        f.open_aus,
+        f.pe_max,
+        f.pe_mean,
+        f.debt_ns as f64 / 1e6
+    )
 }
 
 impl Report {
@@ -92,6 +109,7 @@ impl Report {
         queue_depth: usize,
         stats: &RunStats,
         card: CardCounters,
+        flash: Option<FlashStats>,
     ) -> Report {
         Report {
             model: model.to_string(),
@@ -104,6 +122,7 @@ impl Report {
             read: LatencySummary::new(&stats.reads, stats.bytes_read, stats.elapsed_ns),
             write: LatencySummary::new(&stats.writes, stats.bytes_written, stats.elapsed_ns),
             card,
+            flash,
         }
     }
 
@@ -133,6 +152,9 @@ impl Report {
             "card: {} commands, {} sectors written, {} destaged from cache, {} flushes, {} erases, {} HPI, {:.1} ms background work outstanding\n",
             c.commands, c.sectors_written, c.sectors_destaged, c.flushes, c.erases, c.hpi_interrupts, c.bkops_outstanding_ms
         ));
+        if let Some(f) = &self.flash {
+            out.push_str(&flash_line(f));
+        }
         out
     }
 }
@@ -156,6 +178,7 @@ mod tests {
             1,
             &stats,
             CardCounters::new(&CardStats::default(), 0),
+            None,
         );
         assert!((r.write.mb_per_s - 4.096).abs() < 1e-9);
         assert!((r.write.iops - 1000.0).abs() < 1e-9);

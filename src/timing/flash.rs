@@ -16,7 +16,7 @@ use super::{Cost, Erase, Nanos, Program, ProgramTarget, SwitchKind, Timing};
 use crate::model::{DeviceModel, FlashTimingModel};
 
 /// What a flash card has done, for reports and tests.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct FlashStats {
     /// Sectors the host wrote (into the cache or to the medium).
     pub host_sectors: u64,

@@ -47,7 +47,7 @@ const NONE: u32 = u32::MAX;
 const NO_SLOT: u8 = u8::MAX;
 
 /// What the FTL has done since power-on.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct FtlCounters {
     /// Write pieces programmed into the small-write log (buffer A).
     pub buffer_a_writes: u64,

@@ -14,7 +14,7 @@ use super::Nanos;
 use crate::model::NandModel;
 
 /// What the array has done since power-on.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct NandCounters {
     pub pages_read: u64,
     pub pages_programmed: u64,
