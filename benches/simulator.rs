@@ -5,7 +5,7 @@
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use vhost_user_emmc::model::DeviceModel;
 use vhost_user_emmc::sim::device::{BlockDevice, CardDevice};
-use vhost_user_emmc::sim::rng::SplitMix64;
+use vhost_user_emmc::timing::prng::Prng;
 
 /// Requests per measured batch.
 const BATCH: u64 = 10_000;
@@ -24,7 +24,7 @@ fn bench_model(c: &mut Criterion, name: &str, model: DeviceModel) {
         ("4k-randread", false, true),
     ] {
         let mut device = CardDevice::new(&model).expect("device");
-        let mut rng = SplitMix64::new(1);
+        let mut rng = Prng::new(1);
         let mut next = 0u64;
         group.bench_function(what, |b| {
             b.iter_batched(

@@ -7,6 +7,5 @@ pub mod device;
 pub mod flashbench;
 pub mod histogram;
 pub mod report;
-pub mod rng;
 pub mod trace;
 pub mod workload;

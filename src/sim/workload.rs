@@ -8,7 +8,7 @@
 
 use super::device::{BlockDevice, IoError};
 use super::histogram::Histogram;
-use super::rng::SplitMix64;
+use crate::timing::prng::Prng;
 use crate::timing::Nanos;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,7 +59,7 @@ pub struct Stream {
     count: u64,
     issued: u64,
     next_seq: u64,
-    rng: SplitMix64,
+    rng: Prng,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,7 +89,7 @@ impl Stream {
             count,
             issued: 0,
             next_seq: 0,
-            rng: SplitMix64::new(seed),
+            rng: Prng::new(seed),
         }
     }
 }

@@ -1,5 +1,6 @@
-//! The timing models' only source of randomness: SplitMix64 seeded from the device model,
-//! so a run replays exactly. Small, fast and good enough for jitter and victim choice.
+//! The project's one source of randomness: SplitMix64, seeded (from the device model for
+//! the timing models, from `--seed` for the simulator's workloads), so every run replays
+//! exactly. Small, fast and good enough for jitter, victim choice and offsets.
 
 #[derive(Debug, Clone)]
 pub struct Prng {

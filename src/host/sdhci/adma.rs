@@ -51,6 +51,17 @@ fn range(len: usize, offset: usize, n: usize) -> Option<std::ops::Range<usize>> 
     (end <= len).then_some(offset..end)
 }
 
+/// Copy `dst.len()` bytes of `src` from `offset`, if they are all there.
+fn copy_out(src: &[u8], offset: usize, dst: &mut [u8]) -> bool {
+    match range(src.len(), offset, dst.len()) {
+        Some(r) => {
+            dst.copy_from_slice(&src[r]);
+            true
+        }
+        None => false,
+    }
+}
+
 impl DmaSegment for &mut [u8] {
     fn len(&self) -> usize {
         <[u8]>::len(self)
@@ -62,13 +73,7 @@ impl DmaSegment for &mut [u8] {
         Some(self)
     }
     fn read_at(&self, offset: usize, dst: &mut [u8]) -> bool {
-        match range(<[u8]>::len(self), offset, dst.len()) {
-            Some(r) => {
-                dst.copy_from_slice(&self[r]);
-                true
-            }
-            None => false,
-        }
+        copy_out(self, offset, dst)
     }
     fn write_at(&mut self, offset: usize, src: &[u8]) -> bool {
         match range(<[u8]>::len(self), offset, src.len()) {
@@ -90,13 +95,7 @@ impl DmaSegment for &[u8] {
         Some(self)
     }
     fn read_at(&self, offset: usize, dst: &mut [u8]) -> bool {
-        match range(<[u8]>::len(self), offset, dst.len()) {
-            Some(r) => {
-                dst.copy_from_slice(&self[r]);
-                true
-            }
-            None => false,
-        }
+        copy_out(self, offset, dst)
     }
     fn write_at(&mut self, _offset: usize, _src: &[u8]) -> bool {
         false
@@ -108,8 +107,7 @@ impl DmaSegment for Vec<u8> {
         Vec::len(self)
     }
     fn read_at(&self, offset: usize, dst: &mut [u8]) -> bool {
-        let slice: &[u8] = &self[..];
-        slice.read_at(offset, dst)
+        copy_out(self, offset, dst)
     }
     fn write_at(&mut self, offset: usize, src: &[u8]) -> bool {
         let mut slice: &mut [u8] = &mut self[..];
@@ -138,8 +136,7 @@ impl DmaSegment for DmaBuf<'_> {
         Some(self.addr)
     }
     fn read_at(&self, offset: usize, dst: &mut [u8]) -> bool {
-        let buf: &[u8] = self.buf;
-        buf.read_at(offset, dst)
+        copy_out(self.buf, offset, dst)
     }
     fn write_at(&mut self, offset: usize, src: &[u8]) -> bool {
         let mut buf: &mut [u8] = self.buf;
