@@ -11,6 +11,7 @@
 
 pub mod card;
 pub mod crc;
+pub mod frontend;
 pub mod host;
 pub mod inspect;
 pub mod model;

@@ -1,0 +1,4 @@
+//! The vhost-user-blk frontend: virtio-blk requests from a guest, executed through the
+//! host model and the card, completed when card time says so.
+
+pub mod request;
