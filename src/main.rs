@@ -37,6 +37,8 @@ enum Commands {
         #[command(subcommand)]
         command: ImageCommands,
     },
+    /// Serve the card to a QEMU guest as a vhost-user-blk device.
+    Serve(vhost_user_emmc::frontend::blk::serve::ServeArgs),
     /// Run a workload against a card model in card time (no sleeping, no data) and report
     /// throughput, latency percentiles and the card's counters.
     Simulate(vhost_user_emmc::sim::command::SimulateArgs),
@@ -109,6 +111,7 @@ fn run(cli: Cli) -> Result<(), String> {
             );
             Ok(())
         }
+        Commands::Serve(args) => vhost_user_emmc::frontend::blk::serve::serve(&args),
         Commands::Simulate(args) => {
             let output = vhost_user_emmc::sim::command::simulate(&args)?;
             if args.json {

@@ -140,6 +140,11 @@ impl Card {
         .max(1)
     }
 
+    /// The whole user area refuses writes (CSD temporary or permanent write protection).
+    pub fn user_area_write_protected(&self) -> bool {
+        self.csd_write_protected()
+    }
+
     /// Whole-card protection from the CSD.
     fn csd_write_protected(&self) -> bool {
         self.csd_writable & (registers::CSD_TMP_WRITE_PROTECT | registers::CSD_PERM_WRITE_PROTECT)

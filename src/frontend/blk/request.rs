@@ -562,7 +562,9 @@ mod tests {
     #[test]
     fn every_defect_gets_its_status_and_no_access_outside_memory() {
         let m = mem();
-        let cases: Vec<(&str, u32, u64, Vec<RawDescriptor>, Option<u8>)> = vec![
+        /// (what, request type, sector, chain, expected status; None = not reportable)
+        type Case = (&'static str, u32, u64, Vec<RawDescriptor>, Option<u8>);
+        let cases: Vec<Case> = vec![
             (
                 "no status byte",
                 VIRTIO_BLK_T_IN,

@@ -1,0 +1,439 @@
+//! The vhost-user-blk device: virtqueue handling, configuration space, and pacing.
+//!
+//! Requests are taken from the queue as they are kicked, executed on the card at once
+//! (the card model is fast), and *completed* — used-ring entry plus interrupt — when the
+//! card time of their completion has elapsed in wall time, scaled by `--time-scale`. A
+//! timerfd on the backend's epoll loop fires shortly before the earliest completion is
+//! due and the loop spins out the rest, so the event loop never sleeps and completions
+//! land within microseconds of their due time. The card serves one request at a time: a
+//! request that arrives while the card is busy starts when the card is free.
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
+use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
+use virtio_bindings::virtio_blk::*;
+use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
+use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
+use virtio_queue::QueueOwnedT;
+use vm_memory::{ByteValued, Bytes, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+use vmm_sys_util::epoll::EventSet;
+use vmm_sys_util::event::{
+    new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
+};
+use vmm_sys_util::timerfd::TimerFd;
+
+use super::request::{parse, ParseError};
+use super::target::{CardTarget, Outcome, SEG_MAX, SIZE_MAX};
+use crate::timing::Nanos;
+
+/// One request queue, as a single-slot host has.
+pub const NUM_QUEUES: usize = 1;
+pub const QUEUE_SIZE: usize = 256;
+/// epoll data value of the pacing timer (0..=NUM_QUEUES are the library's).
+pub const TIMER_EVENT: u16 = NUM_QUEUES as u16 + 1;
+/// The timer fires this early and the loop spins the rest: epoll wake-up latency on a
+/// loaded machine is tens of microseconds.
+const SPIN: Duration = Duration::from_micros(150);
+
+/// How completions relate to wall time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Pacing {
+    /// A completion is signalled when its card time has elapsed, times `scale`.
+    Realtime { scale: f64 },
+    /// Completions are signalled as soon as the card model has computed them.
+    Off,
+}
+
+/// Card time ↔ wall time.
+#[derive(Debug, Clone, Copy)]
+struct Clock {
+    wall0: Instant,
+    card0: Nanos,
+    scale: f64,
+}
+
+impl Clock {
+    fn card_at(&self, wall: Instant) -> Nanos {
+        let elapsed = wall.saturating_duration_since(self.wall0).as_nanos() as f64;
+        self.card0 + (elapsed / self.scale) as Nanos
+    }
+
+    fn wall_at(&self, card: Nanos) -> Instant {
+        let ns = (card.saturating_sub(self.card0) as f64 * self.scale) as u64;
+        self.wall0 + Duration::from_nanos(ns)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    head: u16,
+    len: u32,
+    due: Instant,
+    /// Card time the model computed (for tests and statistics).
+    done_at: Nanos,
+}
+
+/// Latency bookkeeping: modelled vs delivered, for the pacing checks.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PacingStats {
+    pub completed: u64,
+    /// Largest lateness of a completion past its due time, in nanoseconds.
+    pub max_late_ns: u64,
+}
+
+struct Inner {
+    target: CardTarget,
+    mem: Option<GuestMemoryAtomic<GuestMemoryMmap>>,
+    event_idx: bool,
+    pacing: Pacing,
+    clock: Option<Clock>,
+    pending: VecDeque<Pending>,
+    timer: TimerFd,
+    stats: PacingStats,
+}
+
+/// The vhost-user-blk backend around one card.
+pub struct EmmcBlkBackend {
+    inner: Mutex<Inner>,
+    timer_fd: i32,
+    config: Vec<u8>,
+    features: u64,
+    exit: (EventConsumer, EventNotifier),
+}
+
+/// virtio_blk_config (virtio 1.2 §5.2.4), little-endian.
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C, packed)]
+struct BlkConfig {
+    capacity: u64,
+    size_max: u32,
+    seg_max: u32,
+    cylinders: u16,
+    heads: u8,
+    sectors: u8,
+    blk_size: u32,
+    physical_block_exp: u8,
+    alignment_offset: u8,
+    min_io_size: u16,
+    opt_io_size: u32,
+    writeback: u8,
+    unused0: u8,
+    num_queues: u16,
+    max_discard_sectors: u32,
+    max_discard_seg: u32,
+    discard_sector_alignment: u32,
+    max_write_zeroes_sectors: u32,
+    max_write_zeroes_seg: u32,
+    write_zeroes_may_unmap: u8,
+    unused1: [u8; 3],
+    max_secure_erase_sectors: u32,
+    max_secure_erase_seg: u32,
+    secure_erase_sector_alignment: u32,
+}
+
+// SAFETY: BlkConfig is plain data (integers and byte arrays, packed, no padding), so any
+// byte pattern is a valid value.
+unsafe impl ByteValued for BlkConfig {}
+
+impl EmmcBlkBackend {
+    pub fn new(target: CardTarget, pacing: Pacing) -> io::Result<EmmcBlkBackend> {
+        let limits = target.limits();
+        let caps = target.capabilities();
+        let mut features = 1u64 << VIRTIO_F_VERSION_1
+            | 1 << VIRTIO_RING_F_EVENT_IDX
+            | 1 << VIRTIO_RING_F_INDIRECT_DESC
+            | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits()
+            | 1 << VIRTIO_BLK_F_SIZE_MAX
+            | 1 << VIRTIO_BLK_F_SEG_MAX
+            | 1 << VIRTIO_BLK_F_BLK_SIZE
+            | 1 << VIRTIO_BLK_F_FLUSH
+            | 1 << VIRTIO_BLK_F_WRITE_ZEROES;
+        if caps.discard {
+            features |= 1 << VIRTIO_BLK_F_DISCARD;
+        }
+        if caps.secure_erase {
+            features |= 1 << VIRTIO_BLK_F_SECURE_ERASE;
+        }
+        if caps.read_only {
+            features |= 1 << VIRTIO_BLK_F_RO;
+        }
+        let max_range = limits.max_range_sectors;
+        let config = BlkConfig {
+            capacity: limits.capacity.to_le(),
+            size_max: SIZE_MAX.to_le(),
+            seg_max: SEG_MAX.to_le(),
+            blk_size: 512u32.to_le(),
+            num_queues: (NUM_QUEUES as u16).to_le(),
+            writeback: 1,
+            max_discard_sectors: max_range.to_le(),
+            max_discard_seg: limits.max_ranges.to_le(),
+            discard_sector_alignment: 1u32.to_le(),
+            max_write_zeroes_sectors: max_range.to_le(),
+            max_write_zeroes_seg: limits.max_ranges.to_le(),
+            write_zeroes_may_unmap: 1,
+            max_secure_erase_sectors: max_range.to_le(),
+            max_secure_erase_seg: limits.max_ranges.to_le(),
+            secure_erase_sector_alignment: 1u32.to_le(),
+            ..Default::default()
+        };
+        let timer = TimerFd::new()?;
+        let timer_fd = timer.as_raw_fd();
+        // Non-blocking: reading the expiry count after a spurious wake-up must not stall
+        // the event loop.
+        // SAFETY: fcntl on a descriptor this function owns (the timer), with F_GETFL and
+        // F_SETFL only; the return values are checked.
+        unsafe {
+            let flags = libc::fcntl(timer_fd, libc::F_GETFL);
+            if flags < 0 || libc::fcntl(timer_fd, libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(EmmcBlkBackend {
+            inner: Mutex::new(Inner {
+                target,
+                mem: None,
+                event_idx: false,
+                pacing,
+                clock: None,
+                pending: VecDeque::new(),
+                timer,
+                stats: PacingStats::default(),
+            }),
+            timer_fd,
+            config: config.as_slice().to_vec(),
+            features,
+            exit: new_event_consumer_and_notifier(EventFlag::NONBLOCK)?,
+        })
+    }
+
+    /// The pacing timer's fd, to register on the daemon's epoll loop with [`TIMER_EVENT`].
+    pub fn timer_fd(&self) -> i32 {
+        self.timer_fd
+    }
+
+    /// Write back the card's cache and make the image durable (clean shutdown).
+    pub fn shutdown(&self) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.target.shutdown();
+    }
+
+    /// Forget the departed frontend and give the next one a freshly powered card.
+    pub fn restart(
+        &self,
+        model: &crate::model::DeviceModel,
+    ) -> Result<(), crate::host::mmc::MmcError> {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.pending.clear();
+        inner.clock = None;
+        inner.mem = None;
+        let _ = inner.timer.clear();
+        inner.target.restart(model)
+    }
+
+    pub fn pacing_stats(&self) -> PacingStats {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).stats
+    }
+
+    /// Run `f` on the card target (tests, statistics).
+    pub fn with_target<R>(&self, f: impl FnOnce(&mut CardTarget) -> R) -> R {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut inner.target)
+    }
+}
+
+impl Inner {
+    /// Take every available request from the queue and execute it.
+    fn process_queue(&mut self, vring: &VringRwLock) -> io::Result<()> {
+        let Some(atomic) = self.mem.clone() else {
+            return Ok(());
+        };
+        let limits = self.target.limits();
+        loop {
+            if self.event_idx {
+                vring.disable_notification().map_err(io::Error::other)?;
+            }
+            let mem = atomic.memory();
+            let chains: Vec<_> = vring
+                .get_mut()
+                .get_queue_mut()
+                .iter(mem.clone())
+                .map_err(io::Error::other)?
+                .collect();
+            for chain in chains {
+                let head = chain.head_index();
+                let now = Instant::now();
+                let clock = *self.clock.get_or_insert(Clock {
+                    wall0: now,
+                    card0: self.target.now(),
+                    scale: match self.pacing {
+                        Pacing::Realtime { scale } => scale,
+                        Pacing::Off => 1.0,
+                    },
+                });
+                let arrival = clock.card_at(now);
+                let (status_addr, outcome) = match parse(chain, &limits) {
+                    Ok(req) => {
+                        let outcome = self.target.execute(&*mem, &req, arrival);
+                        (Some(req.status), outcome)
+                    }
+                    Err(ParseError {
+                        status,
+                        code,
+                        problem,
+                    }) => {
+                        log::warn!("request {head}: {problem}");
+                        let done_at = self.target.now().max(arrival);
+                        (
+                            status,
+                            Outcome {
+                                status: code,
+                                written: 0,
+                                done_at,
+                            },
+                        )
+                    }
+                };
+                let mut len = 0;
+                if let Some(addr) = status_addr {
+                    if mem.write_obj(outcome.status, addr).is_ok() {
+                        len = outcome.written + 1;
+                    }
+                }
+                let due = match self.pacing {
+                    Pacing::Realtime { .. } => clock.wall_at(outcome.done_at),
+                    Pacing::Off => now,
+                };
+                self.pending.push_back(Pending {
+                    head,
+                    len,
+                    due,
+                    done_at: outcome.done_at,
+                });
+            }
+            if !self.event_idx || !vring.enable_notification().map_err(io::Error::other)? {
+                break;
+            }
+        }
+        self.complete_due(vring)
+    }
+
+    /// Signal every completion whose time has come (spinning out the last microseconds),
+    /// then arm the timer for the next.
+    fn complete_due(&mut self, vring: &VringRwLock) -> io::Result<()> {
+        let mut used = false;
+        while let Some(p) = self.pending.front().copied() {
+            let now = Instant::now();
+            if p.due > now + SPIN {
+                break;
+            }
+            while Instant::now() < p.due {
+                std::hint::spin_loop();
+            }
+            let late = Instant::now().saturating_duration_since(p.due).as_nanos() as u64;
+            self.stats.max_late_ns = self.stats.max_late_ns.max(late);
+            self.stats.completed += 1;
+            vring.add_used(p.head, p.len).map_err(io::Error::other)?;
+            used = true;
+            self.pending.pop_front();
+            log::trace!("completed {} (card time {} ns)", p.head, p.done_at);
+        }
+        if used && (!self.event_idx || vring.needs_notification().map_err(io::Error::other)?) {
+            vring.signal_used_queue()?;
+        }
+        match self.pending.front() {
+            Some(p) => {
+                let wait = p
+                    .due
+                    .saturating_duration_since(Instant::now())
+                    .saturating_sub(SPIN);
+                self.timer.reset(wait.max(Duration::from_nanos(1)), None)?;
+            }
+            None => self.timer.clear()?,
+        }
+        Ok(())
+    }
+}
+
+impl VhostUserBackend for EmmcBlkBackend {
+    type Bitmap = ();
+    type Vring = VringRwLock;
+
+    fn num_queues(&self) -> usize {
+        NUM_QUEUES
+    }
+
+    fn max_queue_size(&self) -> usize {
+        QUEUE_SIZE
+    }
+
+    fn features(&self) -> u64 {
+        self.features
+    }
+
+    fn protocol_features(&self) -> VhostUserProtocolFeatures {
+        VhostUserProtocolFeatures::CONFIG
+            | VhostUserProtocolFeatures::MQ
+            | VhostUserProtocolFeatures::REPLY_ACK
+            | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
+    }
+
+    fn set_event_idx(&self, enabled: bool) {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .event_idx = enabled;
+    }
+
+    fn update_memory(&self, mem: GuestMemoryAtomic<GuestMemoryMmap>) -> io::Result<()> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).mem = Some(mem);
+        Ok(())
+    }
+
+    fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
+        let start = offset as usize;
+        let end = start.saturating_add(size as usize);
+        match self.config.get(start..end) {
+            Some(bytes) => bytes.to_vec(),
+            None => {
+                log::warn!(
+                    "GET_CONFIG {offset}+{size} outside the {}-byte config space",
+                    self.config.len()
+                );
+                Vec::new()
+            }
+        }
+    }
+
+    fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
+        let consumer = self.exit.0.try_clone().ok()?;
+        let notifier = self.exit.1.try_clone().ok()?;
+        Some((consumer, notifier))
+    }
+
+    fn handle_event(
+        &self,
+        device_event: u16,
+        evset: EventSet,
+        vrings: &[VringRwLock],
+        _thread_id: usize,
+    ) -> io::Result<()> {
+        if evset != EventSet::IN {
+            return Err(io::Error::other(format!("unexpected events {evset:?}")));
+        }
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        match device_event {
+            0 => inner.process_queue(&vrings[0]),
+            TIMER_EVENT => {
+                // Consume the expiry count; a spurious wake-up reads EAGAIN.
+                let _ = inner.timer.wait();
+                inner.complete_due(&vrings[0])
+            }
+            other => Err(io::Error::other(format!("unknown event {other}"))),
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! `vhost-user-emmc serve`: the daemon.
+//!
+//! One card, one vhost-user-blk socket, one frontend at a time. The socket is created
+//! owner-only. While a frontend is attached, further connections are accepted only to be
+//! closed, with a log line saying why. When the frontend leaves, the card is powered down
+//! cleanly and up again, and the daemon waits for the next. SIGINT and SIGTERM write the
+//! card's cache back, sync the image, remove the socket and exit.
+
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use vhost::vhost_user::Listener;
+use vhost_user_backend::VhostUserDaemon;
+use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
+use vmm_sys_util::epoll::EventSet;
+
+use super::backend::{EmmcBlkBackend, Pacing, TIMER_EVENT};
+use super::target::CardTarget;
+use crate::card::Card;
+use crate::model::DeviceModel;
+use crate::store::{read_header, ImageStore};
+
+/// `--timing`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TimingArg {
+    /// Complete each request when its card time has elapsed in wall time.
+    Realtime,
+    /// Complete each request as soon as it has been executed.
+    Off,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// vhost-user socket to create.
+    #[arg(long)]
+    pub socket: PathBuf,
+    /// Card image; created for the model when it does not exist.
+    #[arg(long)]
+    pub image: PathBuf,
+    /// Built-in model name or model file (default: the image's model, or generic-emmc45).
+    #[arg(long)]
+    pub model: Option<String>,
+    #[arg(long, value_enum, default_value = "realtime")]
+    pub timing: TimingArg,
+    /// Wall time per unit of card time with realtime pacing (2.0 = twice as slow).
+    #[arg(long, default_value_t = 1.0)]
+    pub time_scale: f64,
+}
+
+fn open_card(args: &ServeArgs) -> Result<(Card, DeviceModel), String> {
+    let existing = args.image.exists();
+    let name = match (&args.model, existing) {
+        (Some(m), _) => m.clone(),
+        (None, true) => read_header(&args.image).map_err(|e| e.to_string())?.model,
+        (None, false) => crate::model::DEFAULT_MODEL.to_string(),
+    };
+    let model = DeviceModel::load(&name).map_err(|e| e.to_string())?;
+    let layout = Card::layout_for(&model);
+    let store = if existing {
+        ImageStore::open(&args.image, layout, &model.name)
+    } else {
+        log::info!("creating {} for model {}", args.image.display(), model.name);
+        ImageStore::create(&args.image, layout, &model.name)
+    }
+    .map_err(|e| e.to_string())?;
+    let card = Card::new(model.clone(), Box::new(store)).map_err(|e| e.to_string())?;
+    Ok((card, model))
+}
+
+/// Bind the socket with permissions 0600 from the start.
+fn bind_owner_only(path: &Path) -> Result<Listener, String> {
+    // SAFETY: umask only changes this process's file-creation mask; it is restored at
+    // once, and no other thread creates files in between (signal handling has not started).
+    let old = unsafe { libc::umask(0o177) };
+    let listener = Listener::new(path, true);
+    // SAFETY: as above.
+    unsafe { libc::umask(old) };
+    listener.map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// While a frontend is attached, accept and close any other connection.
+fn refuse_others(fd: i32, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        // SAFETY: dup returns a new descriptor for the same listening socket (or -1,
+        // checked); the UnixListener below owns and closes that duplicate only.
+        let dup = unsafe { libc::dup(fd) };
+        if dup < 0 {
+            log::warn!(
+                "cannot watch for other frontends: {}",
+                std::io::Error::last_os_error()
+            );
+            return;
+        }
+        // SAFETY: `dup` is a valid, owned listening socket descriptor.
+        let listener = unsafe { UnixListener::from_raw_fd(dup) };
+        while !stop.load(Ordering::Relaxed) {
+            let mut pfd = libc::pollfd {
+                fd: listener.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd, its length is 1, and it outlives the call.
+            let ready = unsafe { libc::poll(&mut pfd, 1, 100) };
+            if ready > 0 && pfd.revents & libc::POLLIN != 0 {
+                if let Ok((stream, _)) = listener.accept() {
+                    log::warn!("refusing a second frontend: the card is already attached to one");
+                    drop(stream);
+                }
+            }
+        }
+    })
+}
+
+pub fn serve(args: &ServeArgs) -> Result<(), String> {
+    if !(args.time_scale.is_finite() && args.time_scale > 0.0) {
+        return Err(format!(
+            "--time-scale {} must be a positive number",
+            args.time_scale
+        ));
+    }
+    let (card, model) = open_card(args)?;
+    let target = CardTarget::new(card, &model).map_err(|e| format!("card bring-up: {e}"))?;
+    let pacing = match args.timing {
+        TimingArg::Realtime => Pacing::Realtime {
+            scale: args.time_scale,
+        },
+        TimingArg::Off => Pacing::Off,
+    };
+    log::info!(
+        "model {}: {} sectors, serial {}",
+        model.name,
+        target.limits().capacity,
+        String::from_utf8_lossy(&target.serial()).trim_end_matches('\0')
+    );
+    let backend = Arc::new(EmmcBlkBackend::new(target, pacing).map_err(|e| e.to_string())?);
+
+    let mut listener = bind_owner_only(&args.socket)?;
+    {
+        let backend = backend.clone();
+        let socket = args.socket.clone();
+        let mut signals = signal_hook::iterator::Signals::new([
+            signal_hook::consts::SIGINT,
+            signal_hook::consts::SIGTERM,
+        ])
+        .map_err(|e| format!("signal handling: {e}"))?;
+        std::thread::spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                log::info!("signal {sig}: writing the cache back and syncing the image");
+                backend.shutdown();
+                let _ = std::fs::remove_file(&socket);
+                std::process::exit(0);
+            }
+        });
+    }
+    eprintln!(
+        "vhost-user-emmc: serving {} on {}",
+        model.name,
+        args.socket.display()
+    );
+    loop {
+        let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
+        let mut daemon = VhostUserDaemon::new("vhost-user-emmc".into(), backend.clone(), mem)
+            .map_err(|e| format!("daemon: {e:?}"))?;
+        daemon
+            .start(&mut listener)
+            .map_err(|e| format!("accepting a frontend: {e:?}"))?;
+        log::info!("frontend attached");
+        for handler in daemon.get_epoll_handlers() {
+            handler
+                .register_listener(backend.timer_fd(), EventSet::IN, u64::from(TIMER_EVENT))
+                .map_err(|e| format!("registering the pacing timer: {e}"))?;
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let refusing = refuse_others(listener.as_raw_fd(), stop.clone());
+        let result = daemon.wait();
+        stop.store(true, Ordering::Relaxed);
+        let _ = refusing.join();
+        match result {
+            Ok(()) => log::info!("frontend detached"),
+            Err(e) => log::info!("frontend detached: {e:?}"),
+        }
+        backend
+            .restart(&model)
+            .map_err(|e| format!("card restart: {e}"))?;
+    }
+}

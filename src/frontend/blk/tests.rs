@@ -1,0 +1,416 @@
+//! The vhost-user-blk backend in process: a mock split queue in guest memory, requests
+//! built as a guest driver would, and hostile ones a guest should not send.
+
+use std::time::{Duration, Instant};
+
+use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
+use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
+use virtio_queue::mock::MockSplitQueue;
+use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+use vmm_sys_util::epoll::EventSet;
+
+use super::backend::{EmmcBlkBackend, Pacing, TIMER_EVENT};
+use super::request::*;
+use super::target::CardTarget;
+use crate::card::Card;
+use crate::model::{ConstantTimingModel, DeviceModel, TimingModel};
+use crate::store::MemStore;
+
+const F_WRITE: u16 = 2;
+const F_NEXT: u16 = 1;
+const QUEUE_LEN: u16 = 16;
+
+struct Rig {
+    backend: EmmcBlkBackend,
+    mem: GuestMemoryAtomic<GuestMemoryMmap>,
+    vring: VringRwLock,
+    /// Where the mock queue put the descriptor table and the rings.
+    desc_table: u64,
+    avail: u64,
+    used_ring: u64,
+    /// Next free descriptor index and next avail slot.
+    next_desc: u16,
+    next_avail: u16,
+    seen_used: u16,
+}
+
+fn model(program_ns: u64) -> DeviceModel {
+    let mut m = DeviceModel::load("generic-emmc45").unwrap();
+    m.ext_csd.sec_count = 8 << 20; // 4 GiB: sector addressing, sparse in memory
+    m.timing = TimingModel::Constant(ConstantTimingModel {
+        program_command_ns: program_ns,
+        ..Default::default()
+    });
+    m
+}
+
+impl Rig {
+    fn new(model: DeviceModel, pacing: Pacing) -> Rig {
+        let layout = Card::layout_for(&model);
+        let card = Card::new(model.clone(), Box::new(MemStore::new(layout))).unwrap();
+        let target = CardTarget::new(card, &model).unwrap();
+        let backend = EmmcBlkBackend::new(target, pacing).unwrap();
+        let guest = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x40_0000)]).unwrap();
+        let mem = GuestMemoryAtomic::new(guest);
+        backend.update_memory(mem.clone()).unwrap();
+        // The queue structures live at 0x10000 (descriptor table, avail, used).
+        let guard = mem.memory();
+        let q = MockSplitQueue::create(&*guard, GuestAddress(0x10000), QUEUE_LEN);
+        let vring = VringRwLock::new(mem.clone(), QUEUE_LEN).unwrap();
+        vring.set_queue_size(QUEUE_LEN);
+        vring
+            .set_queue_info(q.desc_table_addr().0, q.avail_addr().0, q.used_addr().0)
+            .unwrap();
+        vring.set_queue_ready(true);
+        vring.set_enabled(true);
+        let (desc_table, avail, used_ring) =
+            (q.desc_table_addr().0, q.avail_addr().0, q.used_addr().0);
+        drop(q);
+        drop(guard);
+        Rig {
+            backend,
+            mem,
+            vring,
+            desc_table,
+            avail,
+            used_ring,
+            next_desc: 0,
+            next_avail: 0,
+            seen_used: 0,
+        }
+    }
+
+    /// Put a chain of (addr, len, writable) descriptors on the queue.
+    fn push(&mut self, descs: &[(u64, u32, bool)]) {
+        let m = self.mem.memory();
+        let head = self.next_desc;
+        for (i, &(addr, len, w)) in descs.iter().enumerate() {
+            let idx = self.next_desc;
+            self.next_desc = (self.next_desc + 1) % QUEUE_LEN;
+            let last = i + 1 == descs.len();
+            let flags = if w { F_WRITE } else { 0 } | if last { 0 } else { F_NEXT };
+            let d = RawDescriptor::from(SplitDescriptor::new(addr, len, flags, self.next_desc));
+            m.write_obj(d, GuestAddress(self.desc_table + 16 * u64::from(idx)))
+                .unwrap();
+        }
+        let slot = self.avail + 4 + 2 * u64::from(self.next_avail % QUEUE_LEN);
+        m.write_obj(u16::to_le(head), GuestAddress(slot)).unwrap();
+        self.next_avail = self.next_avail.wrapping_add(1);
+        m.write_obj(u16::to_le(self.next_avail), GuestAddress(self.avail + 2))
+            .unwrap();
+    }
+
+    fn kick(&self) {
+        self.backend
+            .handle_event(0, EventSet::IN, std::slice::from_ref(&self.vring), 0)
+            .unwrap();
+    }
+
+    fn tick(&self) {
+        self.backend
+            .handle_event(
+                TIMER_EVENT,
+                EventSet::IN,
+                std::slice::from_ref(&self.vring),
+                0,
+            )
+            .unwrap();
+    }
+
+    /// Used-ring entries added since the last call: (id, len).
+    fn used(&mut self) -> Vec<(u32, u32)> {
+        let m = self.mem.memory();
+        let idx = u16::from_le(m.read_obj::<u16>(GuestAddress(self.used_ring + 2)).unwrap());
+        let mut out = Vec::new();
+        while self.seen_used != idx {
+            let at = self.used_ring + 4 + 8 * u64::from(self.seen_used % QUEUE_LEN);
+            let id = u32::from_le(m.read_obj::<u32>(GuestAddress(at)).unwrap());
+            let len = u32::from_le(m.read_obj::<u32>(GuestAddress(at + 4)).unwrap());
+            out.push((id, len));
+            self.seen_used = self.seen_used.wrapping_add(1);
+        }
+        out
+    }
+
+    fn write_header(&self, at: u64, kind: u32, sector: u64) {
+        let mut h = [0u8; 16];
+        h[0..4].copy_from_slice(&kind.to_le_bytes());
+        h[8..16].copy_from_slice(&sector.to_le_bytes());
+        self.mem.memory().write_slice(&h, GuestAddress(at)).unwrap();
+    }
+
+    fn status(&self, at: u64) -> u8 {
+        self.mem.memory().read_obj(GuestAddress(at)).unwrap()
+    }
+}
+
+const HDR: u64 = 0x2_0000;
+const DATA: u64 = 0x3_0000;
+const STATUS: u64 = 0x2_8000;
+
+fn write(rig: &mut Rig, sector: u64, data: &[u8]) {
+    rig.write_header(HDR, VIRTIO_BLK_T_OUT, sector);
+    rig.mem
+        .memory()
+        .write_slice(data, GuestAddress(DATA))
+        .unwrap();
+    rig.push(&[
+        (HDR, 16, false),
+        (DATA, data.len() as u32, false),
+        (STATUS, 1, true),
+    ]);
+    rig.kick();
+}
+
+fn read(rig: &mut Rig, sector: u64, len: usize) -> Vec<u8> {
+    rig.write_header(HDR, VIRTIO_BLK_T_IN, sector);
+    rig.push(&[
+        (HDR, 16, false),
+        (DATA + 0x10_0000, len as u32, true),
+        (STATUS, 1, true),
+    ]);
+    rig.kick();
+    let mut buf = vec![0u8; len];
+    rig.mem
+        .memory()
+        .read_slice(&mut buf, GuestAddress(DATA + 0x10_0000))
+        .unwrap();
+    buf
+}
+
+#[test]
+fn write_then_read_round_trips_through_the_card() {
+    let mut rig = Rig::new(model(0), Pacing::Off);
+    let data: Vec<u8> = (0..8192u32).map(|i| (i * 7 % 251) as u8).collect();
+    write(&mut rig, 100, &data);
+    assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_OK);
+    assert_eq!(
+        rig.used(),
+        vec![(0, 1)],
+        "write: only the status byte was written"
+    );
+    assert_eq!(read(&mut rig, 100, 8192), data);
+    assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_OK);
+    assert_eq!(rig.used(), vec![(3, 8193)], "read: data plus status");
+    assert_eq!(
+        rig.backend
+            .with_target(|t| t.card().stats().sectors_written),
+        16,
+        "the card programmed it"
+    );
+}
+
+#[test]
+fn split_descriptors_and_a_status_sharing_the_data_descriptor_work() {
+    let mut rig = Rig::new(model(0), Pacing::Off);
+    rig.write_header(HDR, VIRTIO_BLK_T_OUT, 7);
+    let data = vec![0x5Au8; 1024];
+    rig.mem
+        .memory()
+        .write_slice(&data, GuestAddress(DATA))
+        .unwrap();
+    rig.push(&[
+        (HDR, 8, false),
+        (HDR + 8, 8, false),
+        (DATA, 512, false),
+        (DATA + 512, 512, false),
+        (STATUS, 1, true),
+    ]);
+    rig.kick();
+    assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_OK);
+    rig.write_header(HDR, VIRTIO_BLK_T_IN, 7);
+    rig.push(&[(HDR, 16, false), (DATA + 0x8000, 1025, true)]);
+    rig.kick();
+    let mut back = vec![0u8; 1025];
+    rig.mem
+        .memory()
+        .read_slice(&mut back, GuestAddress(DATA + 0x8000))
+        .unwrap();
+    assert_eq!(&back[..1024], &data[..]);
+    assert_eq!(back[1024], VIRTIO_BLK_S_OK);
+}
+
+#[test]
+fn hostile_chains_get_their_status_and_the_device_keeps_serving() {
+    let mut rig = Rig::new(model(0), Pacing::Off);
+    let cap = rig.backend.with_target(|t| t.limits().capacity);
+    /// (what, request type, sector, chain, expected status; None = not reportable)
+    type Case = (&'static str, u32, u64, Vec<(u64, u32, bool)>, Option<u8>);
+    let cases: Vec<Case> = vec![
+        (
+            "unknown type",
+            77,
+            0,
+            vec![(HDR, 16, false), (STATUS, 1, true)],
+            Some(VIRTIO_BLK_S_UNSUPP),
+        ),
+        (
+            "beyond capacity",
+            VIRTIO_BLK_T_IN,
+            cap,
+            vec![(HDR, 16, false), (DATA, 512, true), (STATUS, 1, true)],
+            Some(VIRTIO_BLK_S_IOERR),
+        ),
+        (
+            "data outside guest memory",
+            VIRTIO_BLK_T_IN,
+            0,
+            vec![
+                (HDR, 16, false),
+                (0x7FFF_0000, 512, true),
+                (STATUS, 1, true),
+            ],
+            Some(VIRTIO_BLK_S_IOERR),
+        ),
+        (
+            "wrong direction",
+            VIRTIO_BLK_T_OUT,
+            0,
+            vec![(HDR, 16, false), (DATA, 512, true), (STATUS, 1, true)],
+            Some(VIRTIO_BLK_S_IOERR),
+        ),
+        (
+            "oversized",
+            VIRTIO_BLK_T_IN,
+            0,
+            vec![(HDR, 16, false), (DATA, 0x20_0000, true), (STATUS, 1, true)],
+            Some(VIRTIO_BLK_S_IOERR),
+        ),
+        (
+            "short header",
+            VIRTIO_BLK_T_IN,
+            0,
+            vec![(HDR, 4, false), (STATUS, 1, true)],
+            Some(VIRTIO_BLK_S_IOERR),
+        ),
+        (
+            "no status",
+            VIRTIO_BLK_T_IN,
+            0,
+            vec![(HDR, 16, false)],
+            None,
+        ),
+    ];
+    for (what, kind, sector, descs, want) in cases {
+        rig.mem
+            .memory()
+            .write_obj(0xEEu8, GuestAddress(STATUS))
+            .unwrap();
+        rig.write_header(HDR, kind, sector);
+        rig.push(&descs);
+        rig.kick();
+        let used = rig.used();
+        assert_eq!(used.len(), 1, "{what}: the chain is returned");
+        match want {
+            Some(code) => {
+                assert_eq!(rig.status(STATUS), code, "{what}");
+                assert_eq!(
+                    used[0].1, 1,
+                    "{what}: only the status byte counts as written"
+                );
+            }
+            None => assert_eq!(used[0].1, 0, "{what}: nothing written"),
+        }
+    }
+    // Still serving.
+    write(&mut rig, 0, &[1u8; 512]);
+    assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_OK);
+    assert_eq!(read(&mut rig, 0, 512), vec![1u8; 512]);
+}
+
+#[test]
+fn get_id_flush_discard_and_write_zeroes() {
+    let mut rig = Rig::new(model(0), Pacing::Off);
+    rig.write_header(HDR, VIRTIO_BLK_T_GET_ID, 0);
+    rig.push(&[(HDR, 16, false), (DATA, 20, true), (STATUS, 1, true)]);
+    rig.kick();
+    let mut id = [0u8; 20];
+    rig.mem
+        .memory()
+        .read_slice(&mut id, GuestAddress(DATA))
+        .unwrap();
+    assert_eq!(&id[..6], b"EMMCAA", "manufacturer id in the serial");
+    assert!(String::from_utf8_lossy(&id).contains("EMU45A"));
+    assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_OK);
+
+    write(&mut rig, 64, &[9u8; 4096]);
+    rig.write_header(HDR, VIRTIO_BLK_T_FLUSH, 0);
+    rig.push(&[(HDR, 16, false), (STATUS, 1, true)]);
+    rig.kick();
+    assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_OK);
+    assert!(
+        rig.backend
+            .with_target(|t| t.card().volatile_sectors().is_empty()),
+        "flush made it durable"
+    );
+
+    for kind in [VIRTIO_BLK_T_WRITE_ZEROES, VIRTIO_BLK_T_DISCARD] {
+        write(&mut rig, 64, &[9u8; 4096]);
+        rig.write_header(HDR, kind, 0);
+        let mut range = [0u8; 16];
+        range[0..8].copy_from_slice(&66u64.to_le_bytes());
+        range[8..12].copy_from_slice(&2u32.to_le_bytes());
+        rig.mem
+            .memory()
+            .write_slice(&range, GuestAddress(HDR + 16))
+            .unwrap();
+        rig.push(&[(HDR, 32, false), (STATUS, 1, true)]);
+        rig.kick();
+        assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_OK, "kind {kind}");
+        let back = read(&mut rig, 64, 4096);
+        assert!(
+            back[..1024].iter().all(|&b| b == 9),
+            "kind {kind}: before the range untouched"
+        );
+        assert!(
+            back[1024..2048].iter().all(|&b| b == 0),
+            "kind {kind}: range zeroed"
+        );
+        assert!(
+            back[2048..].iter().all(|&b| b == 9),
+            "kind {kind}: after the range untouched"
+        );
+    }
+}
+
+#[test]
+fn config_space_carries_the_user_area_capacity() {
+    let rig = Rig::new(model(0), Pacing::Off);
+    let cap = u64::from_le_bytes(rig.backend.get_config(0, 8).try_into().unwrap());
+    assert_eq!(cap, 8 << 20);
+    let blk_size = u32::from_le_bytes(rig.backend.get_config(20, 4).try_into().unwrap());
+    assert_eq!(blk_size, 512);
+    assert!(
+        rig.backend.get_config(70, 100).is_empty(),
+        "outside the config space"
+    );
+    assert!(rig.backend.get_config(u32::MAX, u32::MAX).is_empty());
+    let f = rig.backend.features();
+    for bit in [1u32, 2, 6, 9, 13, 14, 16, 29, 32] {
+        assert_ne!(f & (1 << bit), 0, "feature bit {bit}");
+    }
+    assert_eq!(f & (1 << 5), 0, "not read-only");
+}
+
+#[test]
+fn realtime_pacing_holds_completions_until_card_time_has_elapsed() {
+    // 20 ms to program a write: long enough to see the wait, short for a test. No cache,
+    // so the write goes to the medium.
+    let mut m = model(20_000_000);
+    m.ext_csd.cache_size = 0;
+    let mut rig = Rig::new(m, Pacing::Realtime { scale: 1.0 });
+    let start = Instant::now();
+    write(&mut rig, 0, &[3u8; 512]);
+    assert!(rig.used().is_empty(), "not complete before its card time");
+    while rig.used().is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(5), "never completed");
+        std::thread::sleep(Duration::from_millis(1));
+        rig.tick();
+    }
+    assert!(
+        start.elapsed() >= Duration::from_millis(20),
+        "completed after {:?}",
+        start.elapsed()
+    );
+    assert_eq!(rig.backend.pacing_stats().completed, 1);
+}
