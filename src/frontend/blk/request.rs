@@ -256,13 +256,16 @@ where
                     ),
                 ));
             }
-            if segs.len() > limits.seg_max as usize || segs.iter().any(|s| s.len > limits.size_max)
-            {
+            // size_max is advice for the driver (Linux honours it, libblkio does not):
+            // the ADMA2 table splits a longer segment into 32 KiB descriptors exactly as
+            // the sdhci driver would, so only the segment count is a hard limit.
+            if segs.len() > limits.seg_max as usize {
                 return Err(fail(
                     VIRTIO_BLK_S_IOERR,
                     format!(
-                        "{} segments break the advertised seg_max/size_max",
-                        segs.len()
+                        "{} data segments exceed the advertised seg_max of {}",
+                        segs.len(),
+                        limits.seg_max
                     ),
                 ));
             }

@@ -200,6 +200,19 @@ fn write_then_read_round_trips_through_the_card() {
     );
 }
 
+/// libblkio and other userspace drivers ignore size_max; one 256 KiB segment must still
+/// work (the ADMA2 table splits it as the sdhci driver would).
+#[test]
+fn a_segment_longer_than_size_max_is_split_not_refused() {
+    let mut rig = Rig::new(model(0), Pacing::Off);
+    let len = 4 * super::target::SIZE_MAX as usize;
+    let data: Vec<u8> = (0..len as u32).map(|i| (i * 13 % 241) as u8).collect();
+    write(&mut rig, 2048, &data);
+    assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_OK);
+    assert_eq!(read(&mut rig, 2048, len), data);
+    assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_OK);
+}
+
 #[test]
 fn split_descriptors_and_a_status_sharing_the_data_descriptor_work() {
     let mut rig = Rig::new(model(0), Pacing::Off);
