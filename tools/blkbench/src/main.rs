@@ -1,0 +1,264 @@
+//! blkbench: drive a vhost-user-blk backend from outside a VM through libblkio's Rust
+//! implementation (driver `virtio-blk-vhost-user`), one job after another, and print one
+//! JSON object per job: IOPS, MB/s and completion latency percentiles.
+//!
+//! ```text
+//! blkbench --socket SOCK --label NAME [--seconds S] [--span BYTES] [--latency-out FILE] JOB...
+//! JOB = randread|randwrite|read|write:BLOCKSIZE:QD   e.g. randread:4k:32
+//! ```
+//! With `--latency-out`, every completion latency of the first job is written one per
+//! line in nanoseconds, in completion order, so that it can be compared request by request
+//! with the latency the daemon modelled (`serve --latency-log`).
+
+use std::io::Write as _;
+use std::mem::MaybeUninit;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use blkio::{Blkio, Blkioq, Completion, ReqFlags};
+use clap::Parser;
+use vhost_user_emmc::timing::prng::Prng;
+
+#[derive(Debug, thiserror::Error)]
+enum Error {
+    #[error("libblkio: {0}")]
+    Blkio(String),
+    #[error("{job}: request failed with {ret}")]
+    Request { job: String, ret: i32 },
+    #[error("{0}: {1}")]
+    Io(PathBuf, std::io::Error),
+}
+
+impl From<blkio::Error> for Error {
+    fn from(e: blkio::Error) -> Self {
+        Error::Blkio(e.message().to_string())
+    }
+}
+
+/// One job: access pattern, block size and queue depth.
+#[derive(Debug, Clone)]
+struct Job {
+    name: String,
+    random: bool,
+    write: bool,
+    block: usize,
+    qd: usize,
+}
+
+fn parse_size(s: &str) -> Result<usize, String> {
+    let (digits, mult) = match s.chars().last() {
+        Some('k' | 'K') => (&s[..s.len() - 1], 1 << 10),
+        Some('m' | 'M') => (&s[..s.len() - 1], 1 << 20),
+        Some('g' | 'G') => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    digits
+        .parse::<usize>()
+        .map(|v| v * mult)
+        .map_err(|_| format!("bad size {s:?}"))
+}
+
+impl FromStr for Job {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Job, String> {
+        let parts: Vec<&str> = s.split(':').collect();
+        let [kind, block, qd] = parts[..] else {
+            return Err(format!("job {s:?} is not KIND:BLOCKSIZE:QD"));
+        };
+        let (random, write) = match kind {
+            "randread" => (true, false),
+            "randwrite" => (true, true),
+            "read" => (false, false),
+            "write" => (false, true),
+            k => return Err(format!("unknown job kind {k:?}")),
+        };
+        let block = parse_size(block)?;
+        let qd: usize = qd.parse().map_err(|_| format!("bad queue depth {qd:?}"))?;
+        if block == 0 || block % 512 != 0 || qd == 0 {
+            return Err(format!(
+                "job {s:?}: the block size must be a multiple of 512 and qd at least 1"
+            ));
+        }
+        Ok(Job {
+            name: s.to_string(),
+            random,
+            write,
+            block,
+            qd,
+        })
+    }
+}
+
+#[derive(Debug, Parser)]
+#[command(about = "Benchmark a vhost-user-blk backend through libblkio")]
+struct Args {
+    /// The backend's vhost-user socket.
+    #[arg(long)]
+    socket: PathBuf,
+    /// Name of the backend in the output.
+    #[arg(long, default_value = "backend")]
+    label: String,
+    /// Run time of each job.
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    /// Confine offsets to the first BYTES of the disk (e.g. 1g).
+    #[arg(long, value_parser = parse_size)]
+    span: Option<usize>,
+    /// Write the first job's completion latencies here (ns, one per line).
+    #[arg(long)]
+    latency_out: Option<PathBuf>,
+    /// Jobs, KIND:BLOCKSIZE:QD, run in order.
+    #[arg(required = true)]
+    jobs: Vec<Job>,
+}
+
+#[derive(serde::Serialize)]
+struct JobResult<'a> {
+    label: &'a str,
+    job: &'a str,
+    requests: u64,
+    seconds: f64,
+    iops: f64,
+    mb_per_s: f64,
+    p50_us: f64,
+    p99_us: f64,
+    max_us: f64,
+}
+
+fn quantile_us(sorted: &[u64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i] as f64 / 1000.0
+}
+
+fn main() {
+    let args = Args::parse();
+    if let Err(e) = run(&args) {
+        eprintln!("blkbench: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run(args: &Args) -> Result<(), Error> {
+    let mut b = Blkio::new("virtio-blk-vhost-user")?;
+    b.set_str("path", &args.socket.to_string_lossy())?;
+    b.connect()?;
+    b.set_i32("num-queues", 1)?;
+    let capacity = b.get_u64("capacity")? as usize;
+    let mut started = b.start()?;
+    let mut q = started
+        .queues
+        .pop()
+        .ok_or_else(|| Error::Blkio("no queue".into()))?;
+    let max_qd = args.jobs.iter().map(|j| j.qd).max().unwrap_or(1);
+    let max_block = args.jobs.iter().map(|j| j.block).max().unwrap_or(4096);
+    let region = b.alloc_mem_region(max_qd * max_block)?;
+    b.map_mem_region(&region)?;
+    let span = args.span.unwrap_or(capacity).min(capacity);
+    let mut rng = Prng::new(0x9E37_79B9_7F4A_7C15);
+    for (n, job) in args.jobs.iter().enumerate() {
+        let lat = run_job(&mut q, region.addr, job, span, args.seconds, &mut rng)?;
+        if let (0, Some(path)) = (n, &args.latency_out) {
+            let mut text = String::with_capacity(lat.requests.len() * 8);
+            for l in &lat.requests {
+                text.push_str(&format!("{l}\n"));
+            }
+            std::fs::write(path, text).map_err(|e| Error::Io(path.clone(), e))?;
+        }
+        let mut sorted = lat.requests;
+        sorted.sort_unstable();
+        let requests = sorted.len() as u64;
+        let r = JobResult {
+            label: &args.label,
+            job: &job.name,
+            requests,
+            seconds: lat.seconds,
+            iops: requests as f64 / lat.seconds,
+            mb_per_s: requests as f64 * job.block as f64 / lat.seconds / 1e6,
+            p50_us: quantile_us(&sorted, 0.5),
+            p99_us: quantile_us(&sorted, 0.99),
+            max_us: sorted.last().copied().unwrap_or(0) as f64 / 1000.0,
+        };
+        let line = serde_json::to_string(&r).expect("plain numbers and strings serialise");
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{line}").map_err(|e| Error::Io("stdout".into(), e))?;
+    }
+    Ok(())
+}
+
+struct Latencies {
+    /// Completion latency of every request, in completion order (ns).
+    requests: Vec<u64>,
+    seconds: f64,
+}
+
+/// Keep `job.qd` requests in flight for `seconds`, then drain.
+fn run_job(
+    q: &mut Blkioq,
+    buffers: usize,
+    job: &Job,
+    span: usize,
+    seconds: f64,
+    rng: &mut Prng,
+) -> Result<Latencies, Error> {
+    let slots = (span / job.block).max(1) as u64;
+    let mut seq = 0u64;
+    let mut next_offset = |rng: &mut Prng| -> u64 {
+        let slot = if job.random {
+            rng.below(slots)
+        } else {
+            seq = (seq + 1) % slots;
+            seq
+        };
+        slot * job.block as u64
+    };
+    let submit = |q: &mut Blkioq, slot: usize, offset: u64| {
+        let buf = buffers + slot * job.block;
+        if job.write {
+            q.write(offset, buf as *const u8, job.block, slot, ReqFlags::empty());
+        } else {
+            q.read(offset, buf as *mut u8, job.block, slot, ReqFlags::empty());
+        }
+    };
+    let mut issued_at = vec![Instant::now(); job.qd];
+    let mut requests: Vec<u64> = Vec::with_capacity(1 << 20);
+    let begin = Instant::now();
+    let deadline = begin + Duration::from_secs_f64(seconds);
+    for (slot, at) in issued_at.iter_mut().enumerate() {
+        *at = Instant::now();
+        submit(q, slot, next_offset(rng));
+    }
+    let mut completions: Vec<MaybeUninit<Completion>> =
+        (0..job.qd).map(|_| MaybeUninit::uninit()).collect();
+    let mut outstanding = job.qd;
+    while outstanding > 0 {
+        let n = q.do_io(&mut completions, 1, None, None)?;
+        let now = Instant::now();
+        for c in &completions[..n] {
+            // SAFETY: do_io initialised the first `n` entries of `completions`.
+            let c = unsafe { c.assume_init_ref() };
+            if c.ret != 0 {
+                return Err(Error::Request {
+                    job: job.name.clone(),
+                    ret: c.ret,
+                });
+            }
+            let slot = c.user_data;
+            requests.push(now.duration_since(issued_at[slot]).as_nanos() as u64);
+            if now < deadline {
+                issued_at[slot] = Instant::now();
+                submit(q, slot, next_offset(rng));
+            } else {
+                outstanding -= 1;
+            }
+        }
+    }
+    Ok(Latencies {
+        requests,
+        seconds: begin.elapsed().as_secs_f64(),
+    })
+}
