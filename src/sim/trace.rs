@@ -15,7 +15,7 @@
 //! fifth column records when the request completed where the trace was captured; replay
 //! ignores it. See `docs/trace-format.md`.
 
-use std::io::BufRead;
+use std::io::{BufRead, Write};
 
 use super::workload::{Op, Request, Workload};
 use crate::timing::Nanos;
@@ -26,6 +26,67 @@ pub enum TraceError {
     Parse { line: usize, problem: String },
     #[error("reading the trace: {0}")]
     Io(#[from] std::io::Error),
+}
+
+/// Each operation and its code in the trace.
+const TRACE_OPS: [(Op, &str); 5] = [
+    (Op::Read, "R"),
+    (Op::Write, "W"),
+    (Op::WriteReliable, "WF"),
+    (Op::Flush, "F"),
+    (Op::Discard, "D"),
+];
+
+fn trace_code(op: Op) -> &'static str {
+    TRACE_OPS
+        .iter()
+        .find(|(o, _)| *o == op)
+        .map(|&(_, code)| code)
+        .expect("every Op has a trace code")
+}
+
+/// Writes the trace format: the daemon's `serve --trace`. Times are card time relative
+/// to `origin`; a request the format has no operation for is kept as a comment line.
+pub struct TraceWriter<W: Write> {
+    out: W,
+    origin: Nanos,
+}
+
+impl<W: Write> TraceWriter<W> {
+    pub fn new(mut out: W, origin: Nanos, heading: &str) -> std::io::Result<Self> {
+        writeln!(out, "# {heading}")?;
+        writeln!(out, "# time_ns op offset_bytes length_bytes completion_ns")?;
+        Ok(TraceWriter { out, origin })
+    }
+
+    /// One request: submitted at card time `at`, completed at `done`.
+    pub fn record(
+        &mut self,
+        at: Nanos,
+        op: Op,
+        offset: u64,
+        length: u64,
+        done: Nanos,
+    ) -> std::io::Result<()> {
+        let (t, d) = (
+            at.saturating_sub(self.origin),
+            done.saturating_sub(self.origin),
+        );
+        writeln!(self.out, "{t} {} {offset} {length} {d}", trace_code(op))
+    }
+
+    /// A request outside the format (GET_ID, write zeroes, ...), as a comment.
+    pub fn note(&mut self, at: Nanos, what: &str, done: Nanos) -> std::io::Result<()> {
+        let (t, d) = (
+            at.saturating_sub(self.origin),
+            done.saturating_sub(self.origin),
+        );
+        writeln!(self.out, "# {t} {what} {d}")
+    }
+
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
 }
 
 /// A parsed trace, replayed in order.
@@ -63,14 +124,11 @@ impl Trace {
                 return Err(bad(format!("time {time} goes back (previous {last_time})")));
             }
             last_time = time;
-            let op = match fields[1] {
-                "R" => Op::Read,
-                "W" => Op::Write,
-                "WF" => Op::WriteReliable,
-                "F" => Op::Flush,
-                "D" => Op::Discard,
-                other => return Err(bad(format!("unknown op {other:?} (R, W, WF, F, D)"))),
-            };
+            let op = TRACE_OPS
+                .iter()
+                .find(|(_, code)| *code == fields[1])
+                .map(|&(op, _)| op)
+                .ok_or_else(|| bad(format!("unknown op {:?} (R, W, WF, F, D)", fields[1])))?;
             let offset = number(fields[2], "offset")?;
             let length = number(fields[3], "length")?;
             if fields.len() == 5 {
@@ -124,6 +182,33 @@ impl Workload for Trace {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_the_writer_writes_parses_back() {
+        let mut w = TraceWriter::new(Vec::new(), 1_000, "test").unwrap();
+        w.record(1_000, Op::Write, 4096, 8192, 90_000).unwrap();
+        w.note(2_000, "GET_ID", 3_000).unwrap();
+        w.record(5_000, Op::Flush, 0, 0, 6_000).unwrap();
+        w.record(7_000, Op::Discard, 0, 512, 9_000).unwrap();
+        let text = w.out.clone();
+        let t = Trace::parse(&text[..]).unwrap();
+        let ops: Vec<(Option<Nanos>, Op, u64, u32)> = t
+            .requests
+            .iter()
+            .map(|r| (r.at, r.op, r.lba, r.sectors))
+            .collect();
+        assert_eq!(
+            ops,
+            vec![
+                (Some(0), Op::Write, 8, 16),
+                (Some(4_000), Op::Flush, 0, 0),
+                (Some(6_000), Op::Discard, 0, 1)
+            ]
+        );
+        let text = String::from_utf8(text).unwrap();
+        assert!(text.contains("0 W 4096 8192 89000\n"), "{text}");
+        assert!(text.contains("# 1000 GET_ID 2000\n"), "{text}");
+    }
 
     #[test]
     fn parses_every_op_and_ignores_comments_and_completion_times() {

@@ -27,9 +27,14 @@ use vmm_sys_util::event::{
 };
 use vmm_sys_util::timerfd::TimerFd;
 
-use super::request::{parse, ParseError};
+use super::request::{parse, ParseError, Request, RequestKind};
 use super::target::{CardTarget, Outcome, SEG_MAX, SIZE_MAX};
+use crate::sim::trace::TraceWriter;
+use crate::sim::workload::Op;
 use crate::timing::Nanos;
+
+/// Where `serve --trace` writes.
+pub type TraceSink = TraceWriter<std::io::BufWriter<std::fs::File>>;
 
 /// One request queue, as a single-slot host has.
 pub const NUM_QUEUES: usize = 1;
@@ -95,6 +100,7 @@ struct Inner {
     pending: VecDeque<Pending>,
     timer: TimerFd,
     stats: PacingStats,
+    trace: Option<TraceSink>,
 }
 
 /// The vhost-user-blk backend around one card.
@@ -203,6 +209,7 @@ impl EmmcBlkBackend {
                 pending: VecDeque::new(),
                 timer,
                 stats: PacingStats::default(),
+                trace: None,
             }),
             timer_fd,
             config: config.as_slice().to_vec(),
@@ -216,10 +223,26 @@ impl EmmcBlkBackend {
         self.timer_fd
     }
 
+    /// Record every request, with its arrival and completion in card time, in the trace
+    /// format (`serve --trace`).
+    pub fn set_trace(&self, trace: TraceSink) {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).trace = Some(trace);
+    }
+
+    /// Card time now.
+    pub fn card_now(&self) -> Nanos {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .target
+            .now()
+    }
+
     /// Write back the card's cache and make the image durable (clean shutdown).
     pub fn shutdown(&self) {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.target.shutdown();
+        inner.flush_trace();
     }
 
     /// Forget the departed frontend and give the next one a freshly powered card.
@@ -229,6 +252,7 @@ impl EmmcBlkBackend {
     ) -> Result<(), crate::host::mmc::MmcError> {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.pending.clear();
+        inner.flush_trace();
         inner.clock = None;
         inner.mem = None;
         let _ = inner.timer.clear();
@@ -247,6 +271,42 @@ impl EmmcBlkBackend {
 }
 
 impl Inner {
+    fn flush_trace(&mut self) {
+        if let Some(Err(e)) = self.trace.as_mut().map(TraceSink::flush) {
+            log::error!("trace: {e}; tracing stops");
+            self.trace = None;
+        }
+    }
+
+    fn trace(&mut self, req: &Request, arrival: Nanos, done: Nanos) {
+        let Some(t) = self.trace.as_mut() else {
+            return;
+        };
+        let offset = req.sector * 512;
+        let ranged = |kind: &str| {
+            let sectors: u64 = req.ranges.iter().map(|r| u64::from(r.sectors)).sum();
+            format!("{kind} {} sectors", sectors)
+        };
+        let written = match req.kind {
+            RequestKind::Read => t.record(arrival, Op::Read, offset, req.data_len, done),
+            RequestKind::Write => t.record(arrival, Op::Write, offset, req.data_len, done),
+            RequestKind::Flush => t.record(arrival, Op::Flush, 0, 0, done),
+            RequestKind::Discard if req.ranges.len() == 1 => {
+                let r = req.ranges[0];
+                let (start, len) = (r.sector * 512, u64::from(r.sectors) * 512);
+                t.record(arrival, Op::Discard, start, len, done)
+            }
+            RequestKind::Discard => t.note(arrival, &ranged("DISCARD"), done),
+            RequestKind::WriteZeroes => t.note(arrival, &ranged("WRITE_ZEROES"), done),
+            RequestKind::SecureErase => t.note(arrival, &ranged("SECURE_ERASE"), done),
+            RequestKind::GetId => t.note(arrival, "GET_ID", done),
+        };
+        if let Err(e) = written {
+            log::error!("trace: {e}; tracing stops");
+            self.trace = None;
+        }
+    }
+
     /// Take every available request from the queue and execute it.
     fn process_queue(&mut self, vring: &VringRwLock) -> io::Result<()> {
         let Some(atomic) = self.mem.clone() else {
@@ -279,6 +339,7 @@ impl Inner {
                 let (status_addr, outcome) = match parse(chain, &limits) {
                     Ok(req) => {
                         let outcome = self.target.execute(&*mem, &req, arrival);
+                        self.trace(&req, arrival, outcome.done_at);
                         (Some(req.status), outcome)
                     }
                     Err(ParseError {

@@ -21,6 +21,7 @@ use super::backend::{EmmcBlkBackend, Pacing, TIMER_EVENT};
 use super::target::CardTarget;
 use crate::card::Card;
 use crate::model::DeviceModel;
+use crate::sim::trace::TraceWriter;
 use crate::store::{read_header, ImageStore};
 
 /// `--timing`.
@@ -48,6 +49,10 @@ pub struct ServeArgs {
     /// Wall time per unit of card time with realtime pacing (2.0 = twice as slow).
     #[arg(long, default_value_t = 1.0)]
     pub time_scale: f64,
+    /// Record every request with its arrival and completion in card time, in the trace
+    /// format of docs/trace-format.md (replayable with `simulate --workload trace`).
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
 }
 
 fn open_card(args: &ServeArgs) -> Result<(Card, DeviceModel), String> {
@@ -136,6 +141,13 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
         String::from_utf8_lossy(&target.serial()).trim_end_matches('\0')
     );
     let backend = Arc::new(EmmcBlkBackend::new(target, pacing).map_err(|e| e.to_string())?);
+    if let Some(path) = &args.trace {
+        let file = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let heading = format!("vhost-user-emmc serve, model {}", model.name);
+        let writer = TraceWriter::new(std::io::BufWriter::new(file), backend.card_now(), &heading)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        backend.set_trace(writer);
+    }
 
     let mut listener = bind_owner_only(&args.socket)?;
     {

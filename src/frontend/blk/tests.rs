@@ -427,3 +427,54 @@ fn realtime_pacing_holds_completions_until_card_time_has_elapsed() {
     );
     assert_eq!(rig.backend.pacing_stats().completed, 1);
 }
+
+#[test]
+fn the_trace_records_each_request_with_its_modelled_completion() {
+    let mut m = model(3_000_000);
+    m.ext_csd.cache_size = 0;
+    let mut rig = Rig::new(m, Pacing::Off);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("trace.txt");
+    let file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    let origin = rig.backend.card_now();
+    rig.backend
+        .set_trace(crate::sim::trace::TraceWriter::new(file, origin, "test").unwrap());
+    write(&mut rig, 8, &[1u8; 4096]);
+    read(&mut rig, 8, 4096);
+    rig.backend.shutdown();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let rows: Vec<Vec<u64>> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|f| f.parse().ok())
+                .collect()
+        })
+        .collect();
+    let ops: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split_whitespace().nth(1).unwrap())
+        .collect();
+    assert_eq!(ops, ["W", "R"], "{text}");
+    assert_eq!(&rows[0][1..3], &[4096, 4096]);
+    let write_ns = rows[0][3] - rows[0][0];
+    assert!(
+        write_ns >= 3_000_000,
+        "the write's modelled latency {write_ns} ns includes its 3 ms programming"
+    );
+    assert!(rows[1][0] >= rows[0][0], "times never go back");
+    // Without pacing the read arrives while the card still programs: it starts when the
+    // card is free, and its own service time is short.
+    let read_start = rows[1][0].max(rows[0][3]);
+    assert!(
+        rows[1][3] > rows[0][3],
+        "one card serves one request at a time"
+    );
+    assert!(
+        rows[1][3] - read_start < 1_000_000,
+        "a 4 KiB read takes {} ns",
+        rows[1][3] - read_start
+    );
+}
