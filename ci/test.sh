@@ -7,11 +7,11 @@ cd "$(dirname "$0")/.."
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 
-echo "== cargo clippy --all-targets -- -D warnings"
-cargo clippy --all-targets -- -D warnings
+echo "== cargo clippy --workspace --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
 
-echo "== cargo test"
-cargo test --all-targets
+echo "== cargo test --workspace"
+cargo test --workspace --all-targets
 
 echo "== selfcheck (release build, default model)"
 cargo run --release --quiet -- selfcheck

@@ -3,7 +3,8 @@
 //! JSON object per job: IOPS, MB/s and completion latency percentiles.
 //!
 //! ```text
-//! blkbench --socket SOCK --label NAME [--seconds S] [--span BYTES] [--latency-out FILE] JOB...
+//! blkbench --socket SOCK --label NAME [--seconds S] [--span BYTES] [--latency-out FILE]
+//!          [--poll] JOB...
 //! JOB = randread|randwrite|read|write:BLOCKSIZE:QD   e.g. randread:4k:32
 //! ```
 //! With `--latency-out`, every completion latency of the first job is written one per
@@ -109,6 +110,10 @@ struct Args {
     /// Write the first job's completion latencies here (ns, one per line).
     #[arg(long)]
     latency_out: Option<PathBuf>,
+    /// Busy-poll for completions instead of sleeping until one is signalled, so that the
+    /// client's own wake-up latency stays out of the measurement.
+    #[arg(long)]
+    poll: bool,
     /// Jobs, KIND:BLOCKSIZE:QD, run in order.
     #[arg(required = true)]
     jobs: Vec<Job>,
@@ -161,7 +166,7 @@ fn run(args: &Args) -> Result<(), Error> {
     let span = args.span.unwrap_or(capacity).min(capacity);
     let mut rng = Prng::new(0x9E37_79B9_7F4A_7C15);
     for (n, job) in args.jobs.iter().enumerate() {
-        let lat = run_job(&mut q, region.addr, job, span, args.seconds, &mut rng)?;
+        let lat = run_job(&mut q, region.addr, job, span, args, &mut rng)?;
         if let (0, Some(path)) = (n, &args.latency_out) {
             let mut text = String::with_capacity(lat.requests.len() * 8);
             for l in &lat.requests {
@@ -202,9 +207,10 @@ fn run_job(
     buffers: usize,
     job: &Job,
     span: usize,
-    seconds: f64,
+    args: &Args,
     rng: &mut Prng,
 ) -> Result<Latencies, Error> {
+    let min_completions = if args.poll { 0 } else { 1 };
     let slots = (span / job.block).max(1) as u64;
     let mut seq = 0u64;
     let mut next_offset = |rng: &mut Prng| -> u64 {
@@ -227,7 +233,7 @@ fn run_job(
     let mut issued_at = vec![Instant::now(); job.qd];
     let mut requests: Vec<u64> = Vec::with_capacity(1 << 20);
     let begin = Instant::now();
-    let deadline = begin + Duration::from_secs_f64(seconds);
+    let deadline = begin + Duration::from_secs_f64(args.seconds);
     for (slot, at) in issued_at.iter_mut().enumerate() {
         *at = Instant::now();
         submit(q, slot, next_offset(rng));
@@ -236,7 +242,7 @@ fn run_job(
         (0..job.qd).map(|_| MaybeUninit::uninit()).collect();
     let mut outstanding = job.qd;
     while outstanding > 0 {
-        let n = q.do_io(&mut completions, 1, None, None)?;
+        let n = q.do_io(&mut completions, min_completions, None, None)?;
         let now = Instant::now();
         for c in &completions[..n] {
             // SAFETY: do_io initialised the first `n` entries of `completions`.
@@ -261,4 +267,36 @@ fn run_job(
         requests,
         seconds: begin.elapsed().as_secs_f64(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jobs_and_sizes_parse() {
+        assert_eq!(parse_size("4k"), Ok(4096));
+        assert_eq!(parse_size("1g"), Ok(1 << 30));
+        assert_eq!(parse_size("512"), Ok(512));
+        assert!(parse_size("x").is_err());
+        let j: Job = "randwrite:128k:32".parse().unwrap();
+        assert!(j.random && j.write && j.block == 128 << 10 && j.qd == 32);
+        for bad in [
+            "randread:4k",
+            "trim:4k:1",
+            "read:100:1",
+            "read:4k:0",
+            "read:4k:x",
+        ] {
+            assert!(bad.parse::<Job>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn quantiles_are_nearest_rank() {
+        let v: Vec<u64> = (1..=100).map(|x| x * 1000).collect();
+        assert_eq!(quantile_us(&v, 0.5), 50.0);
+        assert_eq!(quantile_us(&v, 0.99), 99.0);
+        assert_eq!(quantile_us(&[], 0.5), 0.0);
+    }
 }
