@@ -53,6 +53,11 @@ pub struct ServeArgs {
     /// format of docs/trace-format.md (replayable with `simulate --workload trace`).
     #[arg(long)]
     pub trace: Option<PathBuf>,
+    /// Microseconds to keep polling the queue for the next request once the card is idle
+    /// (0: sleep at once). Trades CPU for the event loop's wake-up latency, like QEMU's
+    /// iothread poll-max-ns.
+    #[arg(long, default_value_t = 32)]
+    pub poll_us: u64,
 }
 
 fn open_card(args: &ServeArgs) -> Result<(Card, DeviceModel), String> {
@@ -141,6 +146,7 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
         String::from_utf8_lossy(&target.serial()).trim_end_matches('\0')
     );
     let backend = Arc::new(EmmcBlkBackend::new(target, pacing).map_err(|e| e.to_string())?);
+    backend.set_poll(std::time::Duration::from_micros(args.poll_us));
     if let Some(path) = &args.trace {
         let file = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let heading = format!("vhost-user-emmc serve, model {}", model.name);

@@ -82,6 +82,12 @@ impl Rig {
 
     /// Put a chain of (addr, len, writable) descriptors on the queue.
     fn push(&mut self, descs: &[(u64, u32, bool)]) {
+        self.stage(descs);
+        self.publish();
+    }
+
+    /// Write a chain and its avail slot, but not yet the avail index.
+    fn stage(&mut self, descs: &[(u64, u32, bool)]) {
         let m = self.mem.memory();
         let head = self.next_desc;
         for (i, &(addr, len, w)) in descs.iter().enumerate() {
@@ -96,6 +102,11 @@ impl Rig {
         let slot = self.avail + 4 + 2 * u64::from(self.next_avail % QUEUE_LEN);
         m.write_obj(u16::to_le(head), GuestAddress(slot)).unwrap();
         self.next_avail = self.next_avail.wrapping_add(1);
+    }
+
+    /// Make the staged chains available (what the driver does before kicking).
+    fn publish(&self) {
+        let m = self.mem.memory();
         m.write_obj(u16::to_le(self.next_avail), GuestAddress(self.avail + 2))
             .unwrap();
     }
@@ -477,4 +488,35 @@ fn the_trace_records_each_request_with_its_modelled_completion() {
         "a 4 KiB read takes {} ns",
         rows[1][3] - read_start
     );
+}
+
+#[test]
+fn an_idle_backend_polls_the_ring_for_the_next_request_within_its_window() {
+    let mut rig = Rig::new(model(0), Pacing::Off);
+    rig.backend.set_poll(Duration::from_millis(400));
+    rig.write_header(HDR, VIRTIO_BLK_T_FLUSH, 0);
+    rig.stage(&[(HDR, 16, false), (STATUS, 1, true)]);
+    // The driver publishes the request 5 ms from now and never kicks.
+    let (mem, avail, idx) = (rig.mem.clone(), rig.avail, rig.next_avail);
+    let publisher = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(5));
+        mem.memory()
+            .write_obj(u16::to_le(idx), GuestAddress(avail + 2))
+            .unwrap();
+    });
+    rig.tick(); // a timer wake-up with nothing pending: the backend starts polling
+    publisher.join().unwrap();
+    assert_eq!(rig.used(), vec![(0, 1)], "served without a kick");
+    assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_OK);
+
+    rig.backend.set_poll(Duration::ZERO);
+    rig.stage(&[(HDR, 16, false), (STATUS, 1, true)]);
+    rig.publish();
+    rig.tick();
+    assert!(
+        rig.used().is_empty(),
+        "without polling, only a kick is noticed"
+    );
+    rig.kick();
+    assert_eq!(rig.used().len(), 1);
 }

@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""Benchmark `vhost-user-emmc serve` against qemu-storage-daemon's vhost-user-blk export.
+
+Both backends serve the user area of the same card image in tmpfs and are driven by the
+same client, tools/blkbench (libblkio, driver virtio-blk-vhost-user), from outside a VM.
+
+Table 1: `serve --model ideal --timing off` vs qemu-storage-daemon, per job: IOPS, MB/s,
+latency p50/p99 and the ratio. The backends alternate job by job for --rounds rounds and
+the median round is reported, so that both see the same machine load.
+
+Table 2: `serve --model generic-emmc45 --timing realtime` at QD1: the latency the model
+computed for each request (from `serve --trace`) against the latency the client measured
+(blkbench --latency-out), request by request; once with a client that busy-polls for
+completions (the daemon's own precision) and once with one that sleeps (what a client
+that waits on the call fd sees, wake-up latency included).
+
+Usage: ci/bench-vs-qsd.py [--seconds S] [--rounds N] [--dir DIR] [--markdown]
+Needs qemu-storage-daemon (Debian: qemu-utils) and a release build (done here).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EMMC = os.path.join(ROOT, "target", "release", "vhost-user-emmc")
+BLKBENCH = os.path.join(ROOT, "target", "release", "blkbench")
+
+JOBS = ["randread:4k:1", "randread:4k:32", "randwrite:4k:1", "randwrite:4k:32",
+        "read:128k:8", "write:128k:8"]
+REALTIME_JOBS = ["randread:4k:1", "randwrite:4k:1", "read:128k:1"]
+SPAN = "1g"
+
+
+def log(msg):
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+
+def wait_for_socket(path, proc, what):
+    deadline = time.monotonic() + 30
+    while not os.path.exists(path):
+        if proc.poll() is not None:
+            sys.exit(f"{what} exited with {proc.returncode} before creating {path}")
+        if time.monotonic() > deadline:
+            sys.exit(f"{what} did not create {path} within 30 s")
+        time.sleep(0.05)
+
+
+def stop(proc):
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def image_layout(image):
+    """boot, rpmb and user bytes from the image's sidecar."""
+    layout = {}
+    with open(image + ".emmc.toml") as f:
+        for line in f:
+            key, _, value = line.partition("=")
+            key = key.strip()
+            if key in ("boot_bytes", "rpmb_bytes", "user_bytes"):
+                layout[key] = int(value.strip())
+    return layout
+
+
+class Qsd:
+    label = "qemu-storage-daemon"
+
+    def __init__(self, image, sock):
+        l = image_layout(image)
+        offset = 2 * l["boot_bytes"] + l["rpmb_bytes"]
+        self.cmd = [
+            "qemu-storage-daemon",
+            "--blockdev", f"driver=file,node-name=file0,filename={image},cache.direct=off",
+            "--blockdev", f"driver=raw,node-name=disk,file=file0,offset={offset},"
+                          f"size={l['user_bytes']}",
+            "--export", f"type=vhost-user-blk,id=exp,node-name=disk,addr.type=unix,"
+                        f"addr.path={sock},writable=on",
+        ]
+        self.sock = sock
+
+    def start(self):
+        self.proc = subprocess.Popen(self.cmd, stderr=subprocess.DEVNULL)
+        wait_for_socket(self.sock, self.proc, "qemu-storage-daemon")
+
+    def stop(self):
+        stop(self.proc)
+        if os.path.exists(self.sock):
+            os.unlink(self.sock)
+
+
+class Emmc:
+    def __init__(self, image, sock, model, timing, trace=None):
+        self.label = f"vhost-user-emmc ({model}, timing {timing})"
+        self.cmd = [EMMC, "serve", "--socket", sock, "--image", image, "--model", model,
+                    "--timing", timing]
+        if trace:
+            self.cmd += ["--trace", trace]
+        self.sock = sock
+
+    def start(self):
+        env = dict(os.environ, RUST_LOG=os.environ.get("RUST_LOG", "warn"))
+        self.proc = subprocess.Popen(self.cmd, env=env, stderr=subprocess.DEVNULL)
+        wait_for_socket(self.sock, self.proc, "vhost-user-emmc serve")
+
+    def stop(self):
+        stop(self.proc)
+
+
+def blkbench(sock, label, job, seconds, latency_out=None, poll=False):
+    cmd = [BLKBENCH, "--socket", sock, "--label", label, "--seconds", str(seconds),
+           "--span", SPAN]
+    if latency_out:
+        cmd += ["--latency-out", latency_out]
+    if poll:
+        cmd += ["--poll"]
+    out = subprocess.run(cmd + [job], check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def run_one(backend, job, seconds, **kw):
+    backend.start()
+    try:
+        return blkbench(backend.sock, backend.label, job, seconds, **kw)
+    finally:
+        backend.stop()
+
+
+def quantile(values, q):
+    s = sorted(values)
+    i = min(len(s), max(1, int(-(-q * len(s) // 1)))) - 1
+    return s[i]
+
+
+def fmt_row(cells):
+    return "| " + " | ".join(cells) + " |"
+
+
+def table_vs_qsd(args, image, sock):
+    qsd = Qsd(image, sock)
+    ours = Emmc(image, sock, "ideal", "off")
+    rounds = {job: {"qsd": [], "ours": []} for job in JOBS}
+    for r in range(args.rounds):
+        for job in JOBS:
+            for key, backend in (("qsd", qsd), ("ours", ours)):
+                res = run_one(backend, job, args.seconds)
+                rounds[job][key].append(res)
+                log(f"round {r + 1} {job} {key}: {res['iops']:.0f} IOPS "
+                    f"p50 {res['p50_us']:.1f} us")
+    lines = [
+        fmt_row(["job", "qsd IOPS", "ours IOPS", "ratio", "qsd MB/s", "ours MB/s",
+                 "qsd p50/p99 µs", "ours p50/p99 µs", "p50 ratio"]),
+        fmt_row(["---"] * 9),
+    ]
+    summary = {}
+    for job in JOBS:
+        med = {}
+        for key in ("qsd", "ours"):
+            runs = sorted(rounds[job][key], key=lambda x: x["iops"])
+            med[key] = runs[len(runs) // 2]
+        q, o = med["qsd"], med["ours"]
+        ratio = o["iops"] / q["iops"]
+        p50_ratio = o["p50_us"] / q["p50_us"]
+        summary[job] = (ratio, p50_ratio)
+        lines.append(fmt_row([
+            job, f"{q['iops']:.0f}", f"{o['iops']:.0f}", f"{ratio:.2f}×",
+            f"{q['mb_per_s']:.1f}", f"{o['mb_per_s']:.1f}",
+            f"{q['p50_us']:.1f} / {q['p99_us']:.1f}", f"{o['p50_us']:.1f} / {o['p99_us']:.1f}",
+            f"{p50_ratio:.2f}×",
+        ]))
+    return lines, summary
+
+
+def read_trace_latencies(path):
+    lat = []
+    with open(path) as f:
+        for line in f:
+            text = line.split("#")[0].split()
+            if len(text) == 5:
+                lat.append(int(text[4]) - int(text[0]))
+    return lat
+
+
+def table_realtime(args, image, sock, workdir):
+    lines = [
+        fmt_row(["job (generic-emmc45, QD1)", "client", "requests", "modelled p50/p99 µs",
+                 "measured p50/p99 µs", "difference p50 / p99 / max µs",
+                 "|difference| p99 µs"]),
+        fmt_row(["---"] * 7),
+    ]
+    worst = {}
+    for job, poll in [(j, p) for j in REALTIME_JOBS for p in (True, False)]:
+        client = "polls" if poll else "sleeps"
+        trace = os.path.join(workdir, "serve.trace")
+        measured_path = os.path.join(workdir, "measured.txt")
+        ours = Emmc(image, sock, "generic-emmc45", "realtime", trace=trace)
+        run_one(ours, job, args.seconds, latency_out=measured_path, poll=poll)
+        modelled = read_trace_latencies(trace)
+        with open(measured_path) as f:
+            measured = [int(x) for x in f]
+        if len(modelled) != len(measured):
+            sys.exit(f"{job}: {len(modelled)} traced requests but {len(measured)} measured")
+        diff = [m - d for m, d in zip(measured, modelled)]
+        absdiff = [abs(x) for x in diff]
+        us = lambda ns: f"{ns / 1000:.1f}"
+        p99_abs = quantile(absdiff, 0.99)
+        worst[client] = max(worst.get(client, 0.0), p99_abs / 1000)
+        lines.append(fmt_row([
+            job, client, str(len(diff)),
+            f"{us(quantile(modelled, 0.5))} / {us(quantile(modelled, 0.99))}",
+            f"{us(quantile(measured, 0.5))} / {us(quantile(measured, 0.99))}",
+            f"{us(quantile(diff, 0.5))} / {us(quantile(diff, 0.99))} / {us(max(diff))}",
+            us(p99_abs),
+        ]))
+        log(f"realtime {job} ({client}): {len(diff)} requests, |diff| p99 {us(p99_abs)} us")
+    return lines, worst
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=5.0, help="run time per job")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of table 1 (median)")
+    ap.add_argument("--dir", default="/dev/shm", help="tmpfs for the image")
+    args = ap.parse_args()
+    if shutil.which("qemu-storage-daemon") is None:
+        sys.exit("qemu-storage-daemon not found (Debian: apt-get install qemu-utils)")
+    log("building release binaries")
+    subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "vhost-user-emmc",
+                    "-p", "blkbench"], cwd=ROOT, check=True)
+    workdir = tempfile.mkdtemp(prefix="vue-bench.", dir=args.dir)
+    try:
+        image = os.path.join(workdir, "card.img")
+        sock = os.path.join(workdir, "vhost.sock")
+        subprocess.run([EMMC, "image", "create", "--model", "ideal", image], check=True,
+                       stdout=subprocess.DEVNULL)
+        # Fill the benchmarked span with data so that reads are not served from holes.
+        l = image_layout(image)
+        offset = 2 * l["boot_bytes"] + l["rpmb_bytes"]
+        with open(image, "r+b") as f:
+            f.seek(offset)
+            chunk = os.urandom(1 << 20)
+            for _ in range(1024):
+                f.write(chunk)
+        t1, summary = table_vs_qsd(args, image, sock)
+        # The realtime table uses the generic model on a fresh image of its own.
+        rt_image = os.path.join(workdir, "generic.img")
+        subprocess.run([EMMC, "image", "create", "--model", "generic-emmc45", rt_image],
+                       check=True, stdout=subprocess.DEVNULL)
+        t2, worst = table_realtime(args, rt_image, sock, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    cpu = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"],
+                         capture_output=True, text=True).stdout.strip()
+    print(f"# vhost-user-emmc vs qemu-storage-daemon ({time.strftime('%Y-%m-%d')}, "
+          f"{os.cpu_count()} CPUs, {cpu})\n")
+    print(f"Same image in tmpfs, offsets within the first {SPAN}B of the user area, "
+          f"{args.seconds:g} s per job, median of {args.rounds} alternating rounds; "
+          "ratio = ours / qsd.\n")
+    print("\n".join(t1))
+    print("\nModelled vs measured latency at QD1, `serve --model generic-emmc45 "
+          "--timing realtime`; difference = measured − modelled per request.\n")
+    print("\n".join(t2))
+    r_qd32 = summary["randread:4k:32"][0]
+    r_qd1, p50_qd1 = summary["randread:4k:1"]
+    print(f"\nTargets: 4K QD32 randread ≥ 1.2×: {r_qd32:.2f}×; 4K QD1 randread ≥ 1.0×: "
+          f"{r_qd1:.2f}×; QD1 p50 ≤ 1.1× qsd: {p50_qd1:.2f}×; "
+          f"pacing |difference| p99 ≤ 50 µs: {worst['polls']:.1f} µs with a polling client "
+          f"({worst['sleeps']:.1f} µs with a sleeping one)")
+
+
+if __name__ == "__main__":
+    main()
