@@ -6,10 +6,10 @@
 //! The card is one device: requests run one after another, each starting when the card
 //! is free and the request has arrived.
 
-use vm_memory::GuestMemory;
+use vm_memory::{GuestAddress, GuestMemory};
 
 use super::request::{
-    copy_to, GuestSegment, Limits, Range, Request, RequestKind, VIRTIO_BLK_ID_BYTES,
+    copy_to, GuestSegment, Limits, Range, Request, RequestKind, Segment, VIRTIO_BLK_ID_BYTES,
     VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, VIRTIO_BLK_S_UNSUPP,
 };
 use crate::card::command::ResponseType;
@@ -77,6 +77,39 @@ pub fn serial_from_cid(cid: &[u8; 16], ext_csd_rev: u8) -> [u8; VIRTIO_BLK_ID_BY
     id
 }
 
+/// Cut a scatter-gather list into pieces of at most `max_bytes` (a multiple of 512),
+/// splitting a segment where a piece ends. Yields (byte offset of the piece, its segments).
+/// A piece holds a run of the original segments, so it never has more than they do.
+pub fn split_segments(
+    segs: &[Segment],
+    max_bytes: u64,
+) -> impl Iterator<Item = (u64, Vec<Segment>)> + '_ {
+    let mut index = 0;
+    let mut within = 0u32;
+    let mut offset = 0u64;
+    std::iter::from_fn(move || {
+        let start = offset;
+        let mut piece = Vec::new();
+        let mut bytes = 0u64;
+        while index < segs.len() && bytes < max_bytes {
+            let seg = segs[index];
+            let take = u64::from(seg.len - within).min(max_bytes - bytes) as u32;
+            piece.push(Segment {
+                addr: GuestAddress(seg.addr.0 + u64::from(within)),
+                len: take,
+            });
+            bytes += u64::from(take);
+            within += take;
+            if within == seg.len {
+                index += 1;
+                within = 0;
+            }
+        }
+        offset += bytes;
+        (!piece.is_empty()).then_some((start, piece))
+    })
+}
+
 impl CardTarget {
     /// Bring `card` up as Linux would with the host of `model.host`.
     pub fn new(card: Card, model: &DeviceModel) -> Result<CardTarget, MmcError> {
@@ -99,7 +132,9 @@ impl CardTarget {
                 capacity: sectors,
                 size_max: SIZE_MAX,
                 seg_max: SEG_MAX,
-                max_sectors: MAX_REQUEST_SECTORS,
+                // What a driver that honours seg_max and size_max can form; larger
+                // requests are split into MMC requests of MAX_REQUEST_SECTORS.
+                max_sectors: SEG_MAX * (SIZE_MAX / 512),
                 max_ranges: 1,
                 max_range_sectors: u32::try_from(sectors.min(u64::from(u32::MAX)))
                     .unwrap_or(u32::MAX),
@@ -247,17 +282,34 @@ impl CardTarget {
         Ok(())
     }
 
-    /// One read or write: CMD23 + CMD18/CMD25, or CMD17/CMD24 for a single block.
+    /// A read or write, split as the block layer splits for the host's queue limits: at
+    /// most [`MAX_REQUEST_SECTORS`] per MMC request (the parser already holds the segment
+    /// count to [`SEG_MAX`]).
     fn transfer<M: GuestMemory + ?Sized>(
         &mut self,
         mem: &M,
         req: &Request,
         write: bool,
     ) -> Result<(), u8> {
-        let blocks = (req.data_len / 512) as u32;
-        let address = self.address(req.sector);
-        let mut sg: Vec<GuestSegment<'_, M>> = req
-            .data
+        let max_bytes = u64::from(MAX_REQUEST_SECTORS) * 512;
+        for (offset, piece) in split_segments(&req.data, max_bytes) {
+            self.transfer_piece(mem, req.sector + offset / 512, &piece, write)?;
+        }
+        Ok(())
+    }
+
+    /// One MMC read or write: CMD23 + CMD18/CMD25, or CMD17/CMD24 for a single block.
+    fn transfer_piece<M: GuestMemory + ?Sized>(
+        &mut self,
+        mem: &M,
+        sector: u64,
+        segments: &[Segment],
+        write: bool,
+    ) -> Result<(), u8> {
+        let bytes: u64 = segments.iter().map(|s| u64::from(s.len)).sum();
+        let blocks = (bytes / 512) as u32;
+        let address = self.address(sector);
+        let mut sg: Vec<GuestSegment<'_, M>> = segments
             .iter()
             .map(|&seg| GuestSegment { mem, seg })
             .collect();
