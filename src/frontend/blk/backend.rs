@@ -112,7 +112,9 @@ pub struct EmmcBlkBackend {
     timer_fd: i32,
     config: Vec<u8>,
     features: u64,
-    exit: (EventConsumer, EventNotifier),
+    /// The worker's exit event. The library signals it when a session ends but never
+    /// drains it, so every session gets a fresh one (see [`EmmcBlkBackend::restart`]).
+    exit: Mutex<(EventConsumer, EventNotifier)>,
 }
 
 /// virtio_blk_config (virtio 1.2 §5.2.4), little-endian.
@@ -218,7 +220,7 @@ impl EmmcBlkBackend {
             timer_fd,
             config: config.as_slice().to_vec(),
             features,
-            exit: new_event_consumer_and_notifier(EventFlag::NONBLOCK)?,
+            exit: Mutex::new(new_event_consumer_and_notifier(EventFlag::NONBLOCK)?),
         })
     }
 
@@ -261,6 +263,10 @@ impl EmmcBlkBackend {
         &self,
         model: &crate::model::DeviceModel,
     ) -> Result<(), crate::host::mmc::MmcError> {
+        match new_event_consumer_and_notifier(EventFlag::NONBLOCK) {
+            Ok(fresh) => *self.exit.lock().unwrap_or_else(|p| p.into_inner()) = fresh,
+            Err(e) => log::error!("a fresh exit event for the next frontend: {e}"),
+        }
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.pending.clear();
         inner.flush_trace();
@@ -514,8 +520,9 @@ impl VhostUserBackend for EmmcBlkBackend {
     }
 
     fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
-        let consumer = self.exit.0.try_clone().ok()?;
-        let notifier = self.exit.1.try_clone().ok()?;
+        let exit = self.exit.lock().unwrap_or_else(|p| p.into_inner());
+        let consumer = exit.0.try_clone().ok()?;
+        let notifier = exit.1.try_clone().ok()?;
         Some((consumer, notifier))
     }
 

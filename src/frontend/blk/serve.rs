@@ -91,6 +91,10 @@ fn bind_owner_only(path: &Path) -> Result<Listener, String> {
     listener.map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// How long a new connection waits for the attached frontend's session to end before it
+/// is refused.
+const RECONNECT_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// While a frontend is attached, accept and close any other connection.
 fn refuse_others(fd: i32, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
@@ -115,8 +119,21 @@ fn refuse_others(fd: i32, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> 
             // SAFETY: one valid pollfd, its length is 1, and it outlives the call.
             let ready = unsafe { libc::poll(&mut pfd, 1, 100) };
             if ready > 0 && pfd.revents & libc::POLLIN != 0 {
+                // A frontend that reconnects right after leaving (a restarted QEMU) may
+                // arrive before its old session has wound down: give the session a grace
+                // period to end and leave the connection for the next one if it does.
+                let since = std::time::Instant::now();
+                while !stop.load(Ordering::Relaxed) && since.elapsed() < RECONNECT_GRACE {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
                 if let Ok((stream, _)) = listener.accept() {
-                    log::warn!("refusing a second frontend: the card is already attached to one");
+                    log::warn!(
+                        "refusing a second frontend: the card is already attached to one \
+                         (one frontend at a time, as one card sits in one slot)"
+                    );
                     drop(stream);
                 }
             }
