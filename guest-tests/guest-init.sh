@@ -1,0 +1,102 @@
+#!/bin/busybox sh
+# /init of the guest test initramfs (busybox ash, run as PID 1).
+#
+# run-guest-test.sh copies this file to /init, next to busybox, the virtio
+# modules, fio and its libraries, and the job files under /jobs. It passes its
+# settings on the kernel command line as NAME=value words, which the kernel
+# hands to /init as environment variables:
+#   GT_JOBS         job files to run, comma separated, without ".fio"
+#   GT_DEV          the disk (default /dev/vda)
+#   GT_*            sizes and runtimes that the job files use as ${GT_...}
+#
+# The console (ttyS0) shows progress. Results go to the second serial port
+# (ttyS1), which carries nothing else, between markers the host parses:
+#   @@GT-BEGIN@@
+#   @@GT-FIO-BEGIN <job>@@ ... fio JSON ... @@GT-FIO-END <job> rc=<rc>@@
+#   @@GT-DMESG-BEGIN@@ ... kernel log ... @@GT-DMESG-END@@
+#   @@GT-END@@
+# A run that does not reach @@GT-END@@ has failed. At the end the guest powers
+# off, which makes QEMU exit.
+# shellcheck shell=sh
+
+/bin/busybox mkdir -p /bin /sbin /usr/bin /usr/sbin /proc /sys /dev /tmp
+/bin/busybox --install -s
+export PATH=/bin:/sbin:/usr/bin:/usr/sbin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev 2>/dev/null || true
+
+say() { echo "guest: $*"; }
+fail() {
+    say "FATAL: $*"
+    echo "@@GT-FATAL $*@@" >&3 2>/dev/null || true
+    sync
+    poweroff -f
+}
+
+DATA=/dev/ttyS1
+[ -c "$DATA" ] || DATA=/dev/console
+: "${GT_DEV:=/dev/vda}"
+export GT_DEV
+# One open file for all results; raw mode so the tty adds no carriage returns.
+exec 3>"$DATA"
+stty -F "$DATA" raw -echo 2>/dev/null || true
+
+say "up after $(cut -d' ' -f1 /proc/uptime) s; kernel $(uname -r)"
+
+# Load the virtio stack in dependency order (the harness computed the order from
+# modules.dep).
+while read -r mod; do
+    [ -n "$mod" ] || continue
+    insmod "/lib/modules/$mod" || fail "insmod $mod failed"
+done </modules.load
+
+i=0
+while [ ! -b "$GT_DEV" ]; do
+    i=$((i + 1))
+    [ "$i" -le 300 ] || fail "$GT_DEV did not appear within 30 s"
+    sleep 0.1
+done
+say "$GT_DEV: $(cat "/sys/class/block/${GT_DEV##*/}/size") sectors of 512 B"
+
+echo "@@GT-BEGIN@@" >&3
+cd /tmp || fail "no /tmp"
+for job in $(echo "$GT_JOBS" | tr ',' ' '); do
+    [ -f "/jobs/$job.fio" ] || fail "no job file /jobs/$job.fio"
+    say "fio $job.fio (t=$(cut -d' ' -f1 /proc/uptime) s)"
+    fio --eta=never --output-format=json --output="/tmp/$job.json" "/jobs/$job.fio" \
+        2>"/tmp/$job.err" &
+    fio_pid=$!
+    # While fio runs, say every 30 s how many requests the disk holds, so that a
+    # hang (the host's time limit) shows whether I/O is stuck in the device.
+    t=0
+    while kill -0 "$fio_pid" 2>/dev/null && [ -d "/proc/$fio_pid" ] &&
+        ! grep -q '^State:.*Z' "/proc/$fio_pid/status" 2>/dev/null; do
+        sleep 1
+        t=$((t + 1))
+        if [ $((t % 30)) -eq 0 ]; then
+            say "fio $job still running after $t s; ${GT_DEV##*/} requests in flight (read write): $(cat "/sys/class/block/${GT_DEV##*/}/inflight")"
+        fi
+    done
+    rc=0
+    wait "$fio_pid" || rc=$?
+    # fio's own error messages (verify failures, I/O errors) go to stderr.
+    if [ -s "/tmp/$job.err" ]; then
+        sed "s/^/guest: fio $job: /" "/tmp/$job.err"
+    fi
+    {
+        echo "@@GT-FIO-BEGIN $job@@"
+        cat "/tmp/$job.json" 2>/dev/null
+        echo
+        echo "@@GT-FIO-END $job rc=$rc@@"
+    } >&3
+    say "fio $job.fio exited $rc"
+done
+
+echo "@@GT-DMESG-BEGIN@@" >&3
+dmesg >&3
+echo "@@GT-DMESG-END@@" >&3
+echo "@@GT-END@@" >&3
+say "done after $(cut -d' ' -f1 /proc/uptime) s; powering off"
+sync
+poweroff -f

@@ -1,0 +1,585 @@
+#!/usr/bin/env bash
+# Boot a Linux guest under QEMU (TCG) on a vhost-user-blk disk served by a
+# backend (vhost-user-emmc by default), run fio in the guest, and check the
+# results: data verification, I/O errors, and a latency floor from the model.
+#
+# Run as root on Debian bookworm; installs what it needs (QEMU 10 from
+# bookworm-backports, one pinned Debian kernel package, busybox-static, fio)
+# and caches downloads and the initramfs under $GUEST_CACHE.
+# See guest-tests/README.md, or run with --help.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(dirname "$HERE")
+
+# The guest kernel: one exact Debian package, so every run boots the same kernel.
+# (bookworm's point-release kernel; also in bookworm-security.) Override with
+# GUEST_KERNEL_PKG=linux-image-6.1.0-NN-amd64 if it has left the mirror.
+KERNEL_PKG_PINNED=linux-image-6.1.0-50-amd64
+# Modules /init loads (with their dependencies, from modules.dep).
+GUEST_MODULES=(virtio virtio_ring virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtio_blk)
+# Bump when the initramfs layout changes, to invalidate cached builds.
+INITRAMFS_FORMAT=1
+
+usage() {
+    cat <<'EOF'
+Usage: guest-tests/run-guest-test.sh [options]
+
+Boots a Debian kernel under QEMU (TCG, no KVM) with a vhost-user-blk disk served
+by a backend, runs fio jobs in the guest, prints a summary and exits non-zero on
+any fio or verification error, guest I/O error, timeout, backend death, or a
+completion latency below the expected minimum.
+
+Options (environment variable in brackets):
+  --backend emmc|qsd          emmc: vhost-user-emmc serve (default); qsd:
+                              qemu-storage-daemon on a raw file [GUEST_BACKEND]
+  --model M                   device model for the emmc backend
+                              (default generic-emmc45) [GUEST_MODEL]
+  --jobs quick|full           fio job set: quick (CI, about 1 min of fio) or
+                              full (larger, adds queue depth 8) [GUEST_JOBS]
+  --expect-min-write-lat-us N fail if any fio write completes faster than N us
+                              (derive N from the model; 0 = no check)
+                              [GUEST_EXPECT_MIN_WRITE_LAT_US]
+  --expect-min-read-lat-us N  the same for reads [GUEST_EXPECT_MIN_READ_LAT_US]
+  --backend-cmd TEMPLATE      command that serves a vhost-user-blk socket;
+                              @SOCK@ @IMAGE@ @MODEL@ @BIN@ @TRACE@ are replaced
+                              [GUEST_BACKEND_CMD]
+  --image-cmd TEMPLATE        command that creates the disk image (same
+                              placeholders, plus @SIZE@) [GUEST_IMAGE_CMD]
+  --image-size SIZE           raw image size for qsd (default 1G) [GUEST_IMAGE_SIZE]
+  --bin PATH                  vhost-user-emmc binary (default: the repo's
+                              target/release build) [VHOST_USER_EMMC]
+  --no-build                  do not run cargo build --release first
+  --fio-var NAME=VALUE        override a GT_* job variable (repeatable), e.g.
+                              --fio-var GT_RUNTIME=10
+  --timeout SEC               kill the guest after SEC seconds
+                              (default 200 quick, 600 full) [GUEST_TIMEOUT]
+  --cache DIR                 downloads, kernel, initramfs, run directories
+                              (default guest-tests/work) [GUEST_CACHE]
+  --no-install                never call apt-get; fail if something is missing
+                              [GUEST_NO_INSTALL=1]
+  --summary-json FILE         also write the parsed results as JSON
+  --keep                      keep the run directory (logs, image) on success
+  --quiet                     do not stream the guest console
+  -h, --help                  this text
+
+Exit status: 0 pass, 1 test failure, 2 setup or usage error.
+EOF
+}
+
+log() { printf '== %s\n' "$*"; }
+warn() { printf 'run-guest-test: %s\n' "$*" >&2; }
+die() {
+    warn "error: $*"
+    exit 2
+}
+
+# ---------------------------------------------------------------- options
+BACKEND=${GUEST_BACKEND:-emmc}
+MODEL=${GUEST_MODEL:-generic-emmc45}
+JOBSET=${GUEST_JOBS:-quick}
+EXPECT_WRITE_US=${GUEST_EXPECT_MIN_WRITE_LAT_US:-0}
+EXPECT_READ_US=${GUEST_EXPECT_MIN_READ_LAT_US:-0}
+BACKEND_CMD=${GUEST_BACKEND_CMD:-}
+IMAGE_CMD=${GUEST_IMAGE_CMD:-}
+IMAGE_SIZE=${GUEST_IMAGE_SIZE:-1G}
+BIN=${VHOST_USER_EMMC:-$REPO/target/release/vhost-user-emmc}
+BUILD=1
+TIMEOUT=${GUEST_TIMEOUT:-}
+CACHE=${GUEST_CACHE:-$HERE/work}
+INSTALL=1
+[[ ${GUEST_NO_INSTALL:-0} == 1 ]] && INSTALL=0
+SUMMARY_JSON=
+KEEP=0
+QUIET=0
+KERNEL_PKG=${GUEST_KERNEL_PKG:-$KERNEL_PKG_PINNED}
+GUEST_MEM=${GUEST_MEM:-512M}
+GUEST_SMP=${GUEST_SMP:-1}
+FIO_VARS=()
+
+need_arg() { [[ $# -ge 2 && -n $2 ]] || die "$1 needs a value"; }
+while [[ $# -gt 0 ]]; do
+    case $1 in
+    --backend) need_arg "$@"; BACKEND=$2; shift 2 ;;
+    --model) need_arg "$@"; MODEL=$2; shift 2 ;;
+    --jobs) need_arg "$@"; JOBSET=$2; shift 2 ;;
+    --expect-min-write-lat-us) need_arg "$@"; EXPECT_WRITE_US=$2; shift 2 ;;
+    --expect-min-read-lat-us) need_arg "$@"; EXPECT_READ_US=$2; shift 2 ;;
+    --backend-cmd) need_arg "$@"; BACKEND_CMD=$2; shift 2 ;;
+    --image-cmd) need_arg "$@"; IMAGE_CMD=$2; shift 2 ;;
+    --image-size) need_arg "$@"; IMAGE_SIZE=$2; shift 2 ;;
+    --bin) need_arg "$@"; BIN=$2; shift 2 ;;
+    --no-build) BUILD=0; shift ;;
+    --fio-var) need_arg "$@"; FIO_VARS+=("$2"); shift 2 ;;
+    --timeout) need_arg "$@"; TIMEOUT=$2; shift 2 ;;
+    --cache) need_arg "$@"; CACHE=$2; shift 2 ;;
+    --no-install) INSTALL=0; shift ;;
+    --summary-json) need_arg "$@"; SUMMARY_JSON=$2; shift 2 ;;
+    --keep) KEEP=1; shift ;;
+    --quiet) QUIET=1; shift ;;
+    -h | --help) usage; exit 0 ;;
+    *) usage >&2; die "unknown option: $1" ;;
+    esac
+done
+
+is_number() { [[ $1 =~ ^[0-9]+([.][0-9]+)?$ ]]; }
+is_number "$EXPECT_WRITE_US" || die "--expect-min-write-lat-us: not a number: $EXPECT_WRITE_US"
+is_number "$EXPECT_READ_US" || die "--expect-min-read-lat-us: not a number: $EXPECT_READ_US"
+
+# The job sets: which job files run, and the sizes and runtimes they read as
+# ${GT_*}. The quick set keeps the whole run (boot included) around 1.5 minutes
+# under TCG with a fast backend; every time-based job stops after GT_RUNTIME s.
+declare -A GT
+case $JOBSET in
+quick)
+    GT=([GT_JOBS]="verify,randrw,seq" [GT_VERIFY_SIZE]=2m [GT_VERIFY_SEQ_SIZE]=8m
+        [GT_RANDRW_SPAN]=64m [GT_SEQ_SIZE]=16m [GT_RUNTIME]=5)
+    : "${TIMEOUT:=200}"
+    ;;
+full)
+    GT=([GT_JOBS]="verify,randrw,seq,qd" [GT_VERIFY_SIZE]=32m [GT_VERIFY_SEQ_SIZE]=64m
+        [GT_RANDRW_SPAN]=256m [GT_SEQ_SIZE]=256m [GT_RUNTIME]=20)
+    : "${TIMEOUT:=600}"
+    ;;
+*) die "--jobs must be quick or full, not '$JOBSET'" ;;
+esac
+for kv in "${FIO_VARS[@]}"; do
+    [[ $kv =~ ^(GT_[A-Z0-9_]+)=([A-Za-z0-9_,.:/+-]+)$ ]] ||
+        die "--fio-var wants GT_NAME=value (letters, digits and _,.:/+- only): $kv"
+    GT[${BASH_REMATCH[1]}]=${BASH_REMATCH[2]}
+done
+[[ $TIMEOUT =~ ^[0-9]+$ ]] || die "--timeout: not a whole number of seconds: $TIMEOUT"
+IFS=, read -r -a JOB_FILES <<<"${GT[GT_JOBS]}"
+for job in "${JOB_FILES[@]}"; do
+    [[ -f $HERE/jobs/$job.fio ]] || die "no job file $HERE/jobs/$job.fio"
+done
+
+case $BACKEND in
+emmc)
+    : "${BACKEND_CMD:=@BIN@ serve --socket @SOCK@ --model @MODEL@ --image @IMAGE@ --timing realtime --trace @TRACE@}"
+    : "${IMAGE_CMD:=@BIN@ image create --model @MODEL@ @IMAGE@}"
+    ;;
+qsd)
+    : "${BACKEND_CMD:=qemu-storage-daemon --blockdev driver=file,node-name=disk,filename=@IMAGE@ --export type=vhost-user-blk,id=exp,node-name=disk,addr.type=unix,addr.path=@SOCK@,writable=on}"
+    : "${IMAGE_CMD:=truncate -s @SIZE@ @IMAGE@}"
+    ;;
+*) die "--backend must be emmc or qsd, not '$BACKEND'" ;;
+esac
+
+T0=$SECONDS
+elapsed() { echo "$((SECONDS - T0)) s"; }
+
+# ---------------------------------------------------------------- packages
+APT_UPDATED=0
+apt_update_once() {
+    if [[ $APT_UPDATED == 0 ]]; then
+        log "apt-get update"
+        apt-get update -q >"$CACHE/apt.log" 2>&1 || {
+            tail -n 20 "$CACHE/apt.log" >&2
+            die "apt-get update failed"
+        }
+        APT_UPDATED=1
+    fi
+}
+pkg_version() {
+    dpkg-query -W -f='${Status} ${Version}\n' "$1" 2>/dev/null |
+        awk '$1 == "install" && $3 == "installed" { print $4 }'
+}
+# QEMU 10 (vhost-user-blk with memory-backend-memfd works on 7.2 too, but the
+# project tests against the version bookworm-backports ships).
+qemu_ok() {
+    local v
+    v=$(pkg_version "$1")
+    [[ -n $v ]] && dpkg --compare-versions "$v" ge 1:10.0
+}
+
+install_packages() {
+    local plain=() bpo=() p
+    for p in busybox-static fio cpio kmod; do
+        [[ -n $(pkg_version "$p") ]] || plain+=("$p")
+    done
+    command -v python3 >/dev/null || plain+=(python3)
+    qemu_ok qemu-system-x86 || bpo+=(qemu-system-x86)
+    if [[ $BACKEND == qsd ]] && ! qemu_ok qemu-utils; then bpo+=(qemu-utils); fi
+    [[ ${#plain[@]} -gt 0 || ${#bpo[@]} -gt 0 ]] || return 0
+
+    if [[ $INSTALL == 0 || $EUID != 0 ]]; then
+        die "missing packages: ${plain[*]} ${bpo[*]} (run as root without --no-install," \
+            "or install them: apt-get install ${plain[*]}; apt-get install -t bookworm-backports ${bpo[*]})"
+    fi
+    if [[ ${#bpo[@]} -gt 0 ]] &&
+        ! grep -rqs '^[^#]*bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+        log "adding bookworm-backports to apt sources"
+        echo "deb http://deb.debian.org/debian bookworm-backports main" >/etc/apt/sources.list.d/bpo.list
+        APT_UPDATED=0
+    fi
+    apt_update_once
+    export DEBIAN_FRONTEND=noninteractive
+    if [[ ${#plain[@]} -gt 0 ]]; then
+        log "apt-get install ${plain[*]}"
+        apt-get install -y -q --no-install-recommends "${plain[@]}" >"$CACHE/apt.log" 2>&1 || {
+            tail -n 20 "$CACHE/apt.log" >&2
+            die "apt-get install ${plain[*]} failed"
+        }
+    fi
+    if [[ ${#bpo[@]} -gt 0 ]]; then
+        log "apt-get install -t bookworm-backports ${bpo[*]}"
+        apt-get install -y -q --no-install-recommends -t bookworm-backports "${bpo[@]}" \
+            >"$CACHE/apt.log" 2>&1 || {
+            tail -n 20 "$CACHE/apt.log" >&2
+            die "apt-get install -t bookworm-backports ${bpo[*]} failed"
+        }
+        for p in "${bpo[@]}"; do qemu_ok "$p" || die "$p from bookworm-backports is older than 10.0"; done
+    fi
+}
+
+# ---------------------------------------------------------------- kernel
+# Sets KVER, VMLINUZ, KROOT (the unpacked package, with modules.dep).
+fetch_kernel() {
+    local kdir=$CACHE/kernel/$KERNEL_PKG deb
+    KVER=${KERNEL_PKG#linux-image-}
+    KROOT=$kdir/root
+    VMLINUZ=$KROOT/boot/vmlinuz-$KVER
+    if [[ -f $kdir/.ready && -f $VMLINUZ ]]; then
+        return 0
+    fi
+    log "fetching $KERNEL_PKG"
+    [[ $INSTALL == 1 ]] || die "kernel $KERNEL_PKG not in $kdir and --no-install given"
+    if ! apt-cache show "$KERNEL_PKG" >/dev/null 2>&1; then
+        apt_update_once
+    fi
+    if ! apt-cache show "$KERNEL_PKG" >/dev/null 2>&1; then
+        warn "the pinned guest kernel package $KERNEL_PKG is not on the mirror any more."
+        warn "kernels the mirror has now:"
+        apt-cache search --names-only '^linux-image-6\.1\.0-[0-9]+-amd64$' | sort -V | sed 's/^/    /' >&2 || true
+        die "pick one, then set GUEST_KERNEL_PKG=<name> or update KERNEL_PKG_PINNED in $0"
+    fi
+    rm -rf "$kdir"
+    mkdir -p "$kdir/dl"
+    (cd "$kdir/dl" && apt-get -q -o APT::Sandbox::User=root download "$KERNEL_PKG" >/dev/null) ||
+        die "apt-get download $KERNEL_PKG failed (is it still on the mirror? set GUEST_KERNEL_PKG to override)"
+    deb=$(find "$kdir/dl" -name "${KERNEL_PKG}_*.deb" | head -n 1)
+    [[ -n $deb ]] || die "apt-get download left no .deb for $KERNEL_PKG"
+    dpkg -x "$deb" "$KROOT"
+    rm -f "$deb"
+    [[ -f $VMLINUZ ]] || die "$KERNEL_PKG has no boot/vmlinuz-$KVER"
+    [[ -d $KROOT/lib/modules/$KVER ]] || die "$KERNEL_PKG has no lib/modules/$KVER"
+    depmod -b "$KROOT" "$KVER" || die "depmod on $KERNEL_PKG failed"
+    touch "$kdir/.ready"
+}
+
+# Prints the module files (relative to lib/modules/KVER) to load, dependencies first.
+module_load_order() {
+    local moddir=$KROOT/lib/modules/$KVER
+    local -A seen=()
+    local -a order=()
+    add_module_path() {
+        local path=$1 dep deps
+        [[ -z ${seen[$path]:-} ]] || return 0
+        seen[$path]=1
+        read -r -a deps < <(awk -v m="$path:" '$1 == m { $1 = ""; print }' "$moddir/modules.dep")
+        for dep in "${deps[@]}"; do
+            add_module_path "$dep"
+        done
+        order+=("$path")
+    }
+    local name path
+    for name in "${GUEST_MODULES[@]}"; do
+        path=$(awk -F: -v n="/$name.ko" 'index($1, n) && substr($1, length($1) - length(n) + 1) == n { print $1; exit }' \
+            "$moddir/modules.dep")
+        if [[ -z $path ]]; then
+            if grep -q "/$name.ko$" "$moddir/modules.builtin"; then
+                continue # built into this kernel
+            fi
+            die "module $name is neither in modules.dep nor built into $KVER"
+        fi
+        add_module_path "$path"
+    done
+    printf '%s\n' "${order[@]}"
+}
+
+# ---------------------------------------------------------------- initramfs
+# Sets INITRD. Cached by the hash of everything that goes in.
+build_initramfs() {
+    local fio busybox key modules root lib f
+    fio=$(command -v fio) || die "fio not found"
+    busybox=/bin/busybox
+    [[ -x $busybox ]] || die "$busybox (busybox-static) not found"
+    if ldd "$busybox" >/dev/null 2>&1; then
+        die "$busybox is dynamically linked: install busybox-static"
+    fi
+    modules=$(module_load_order)
+    key=$({
+        echo "format $INITRAMFS_FORMAT kernel $KERNEL_PKG"
+        dpkg-query -W fio busybox-static 2>/dev/null
+        echo "$modules"
+        cat "$HERE/guest-init.sh" "$HERE"/jobs/*.fio
+        sha256sum "$fio" "$busybox"
+    } | sha256sum | cut -c1-16)
+    INITRD=$CACHE/initramfs/initramfs-$key.cpio
+    if [[ -f $INITRD ]]; then
+        return 0
+    fi
+    log "building the initramfs"
+    mkdir -p "$CACHE/initramfs"
+    find "$CACHE/initramfs" -maxdepth 1 -name 'initramfs-*' -delete
+    root=$(mktemp -d "$CACHE/initramfs/root.XXXXXX")
+    mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,usr/lib/fio,lib64,lib/modules,proc,sys,dev,tmp,jobs,etc}
+    cp "$busybox" "$root/bin/busybox"
+    install -m 0755 "$HERE/guest-init.sh" "$root/init"
+    # Modules, flat, and the order to insmod them in.
+    : >"$root/modules.load"
+    while read -r f; do
+        [[ -n $f ]] || continue
+        cp "$KROOT/lib/modules/$KVER/$f" "$root/lib/modules/"
+        basename "$f" >>"$root/modules.load"
+    done <<<"$modules"
+    # fio and every shared library it loads; /init runs it with
+    # LD_LIBRARY_PATH=/usr/lib/fio.
+    cp "$fio" "$root/usr/bin/fio.bin"
+    while read -r lib; do
+        [[ -n $lib ]] || continue
+        cp -L "$lib" "$root/usr/lib/fio/"
+    done < <(ldd "$fio" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }')
+    cp -L /lib64/ld-linux-x86-64.so.2 "$root/lib64/"
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=/usr/lib/fio exec /usr/bin/fio.bin "$@"\n' >"$root/usr/bin/fio"
+    chmod 0755 "$root/usr/bin/fio"
+    cp "$HERE"/jobs/*.fio "$root/jobs/"
+    (cd "$root" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet) >"$INITRD.tmp"
+    mv "$INITRD.tmp" "$INITRD"
+    rm -rf "$root"
+}
+
+# ---------------------------------------------------------------- processes
+QEMU_PID=
+BACKEND_PID=
+WORK=
+# True while PID is a running (not zombie) process.
+alive() {
+    local stat
+    [[ -n $1 ]] || return 1
+    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+    stat=${stat##*) }
+    [[ ${stat:0:1} != Z ]]
+}
+stop_pid() {
+    local pid=$1 i
+    [[ -n $pid ]] || return 0
+    if alive "$pid"; then
+        kill -TERM "$pid" 2>/dev/null || true
+        for ((i = 0; i < 50; i++)); do
+            alive "$pid" || break
+            sleep 0.1
+        done
+        alive "$pid" && kill -KILL "$pid" 2>/dev/null
+    fi
+    wait "$pid" 2>/dev/null || true
+}
+# Deleting the image can take seconds after a run that wrote a lot (the host
+# file system settles the written data), so runs do it before the final timing.
+remove_image() {
+    [[ $KEEP == 0 && -n $WORK ]] || return 0
+    rm -f "$WORK"/disk.img "$WORK"/disk.img.*
+}
+# shellcheck disable=SC2317 # invoked by the EXIT trap
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    stop_pid "$QEMU_PID"
+    stop_pid "$BACKEND_PID"
+    if [[ -n $WORK && -d $WORK ]]; then
+        if [[ $KEEP == 1 ]]; then
+            warn "run directory kept: $WORK"
+        else
+            remove_image
+            if [[ $rc == 0 ]]; then
+                rm -rf "$WORK"
+            else
+                warn "logs kept in $WORK (console.log, data.log, backend.log)"
+            fi
+        fi
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Replaces the @NAME@ placeholders, shell-quoting each value.
+expand_template() {
+    local t=$1
+    t=${t//@SOCK@/$(printf '%q' "$SOCK")}
+    t=${t//@IMAGE@/$(printf '%q' "$IMAGE")}
+    t=${t//@MODEL@/$(printf '%q' "$MODEL")}
+    t=${t//@BIN@/$(printf '%q' "$BIN")}
+    t=${t//@SIZE@/$(printf '%q' "$IMAGE_SIZE")}
+    t=${t//@TRACE@/$(printf '%q' "$TRACE")}
+    printf '%s' "$t"
+}
+
+# ---------------------------------------------------------------- main
+mkdir -p "$CACHE" || die "cannot create the cache directory $CACHE"
+CACHE=$(cd "$CACHE" && pwd)
+install_packages
+command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found"
+command -v python3 >/dev/null || die "python3 not found"
+log "QEMU: $(qemu-system-x86_64 --version | head -n 1)"
+
+if [[ $BACKEND == emmc && ( $BACKEND_CMD == *@BIN@* || $IMAGE_CMD == *@BIN@* ) ]]; then
+    if [[ $BUILD == 1 ]]; then
+        command -v cargo >/dev/null || die "cargo not found (or pass --no-build --bin PATH)"
+        log "cargo build --release"
+        cargo build --release --quiet --manifest-path "$REPO/Cargo.toml" || die "cargo build --release failed"
+    fi
+    [[ -x $BIN ]] || die "no vhost-user-emmc binary at $BIN"
+    if ! "$BIN" serve --help >/dev/null 2>&1; then
+        die "$BIN has no 'serve' subcommand yet; try --backend qsd to test the harness"
+    fi
+fi
+
+fetch_kernel
+log "kernel: $KERNEL_PKG ($(elapsed))"
+build_initramfs
+log "initramfs: $INITRD ($(du -h "$INITRD" | cut -f1), $(elapsed))"
+
+mkdir -p "$CACHE/runs"
+WORK=$(mktemp -d "$CACHE/runs/run.XXXXXX")
+# The daemon's request trace: each request's modelled latency, the floor for fio's.
+TRACE=$WORK/serve.trace
+SOCK=$WORK/vhost.sock
+IMAGE=$WORK/disk.img
+CONSOLE=$WORK/console.log
+DATA=$WORK/data.log
+BACKEND_LOG=$WORK/backend.log
+# sun_path holds 107 bytes and a NUL.
+((${#SOCK} < 108)) || die "socket path too long for a unix socket ($SOCK): use a shorter --cache"
+
+cmd=$(expand_template "$IMAGE_CMD")
+log "image: $cmd"
+bash -c "$cmd" >"$WORK/image.log" 2>&1 || {
+    cat "$WORK/image.log" >&2
+    die "creating the image failed"
+}
+
+cmd=$(expand_template "$BACKEND_CMD")
+log "backend: $cmd"
+bash -c "exec $cmd" >"$BACKEND_LOG" 2>&1 </dev/null &
+BACKEND_PID=$!
+for ((i = 0; i < 300; i++)); do
+    [[ -S $SOCK ]] && break
+    alive "$BACKEND_PID" || break
+    sleep 0.1
+done
+if ! [[ -S $SOCK ]] || ! alive "$BACKEND_PID"; then
+    cat "$BACKEND_LOG" >&2
+    warn "FAIL: the backend did not come up (no socket at $SOCK after 30 s, or it exited)"
+    exit 1
+fi
+
+append="console=ttyS0 quiet panic=-1"
+for k in "${!GT[@]}"; do append+=" $k=${GT[$k]}"; done
+log "guest: ${GT[GT_JOBS]} (set $JOBSET), timeout ${TIMEOUT} s"
+qemu=(qemu-system-x86_64
+    -accel tcg -machine "pc,memory-backend=mem" -cpu max -smp "$GUEST_SMP" -m "$GUEST_MEM"
+    -object "memory-backend-memfd,id=mem,size=$GUEST_MEM,share=on"
+    -nodefaults -no-user-config -display none -no-reboot
+    -kernel "$VMLINUZ" -initrd "$INITRD" -append "$append"
+    -serial "file:$CONSOLE" -serial "file:$DATA"
+    -chardev "socket,id=c0,path=$SOCK" -device "vhost-user-blk-pci,chardev=c0,num-queues=1")
+: >"$CONSOLE"
+# The timeout command is a second guard: it stops QEMU even if this script is
+# killed without running its trap.
+timeout -k 10 "$((TIMEOUT + 30))" "${qemu[@]}" >"$WORK/qemu.log" 2>&1 </dev/null &
+QEMU_PID=$!
+TAIL_PID=
+if [[ $QUIET == 0 ]]; then
+    # Stops by itself when QEMU exits.
+    tail -n +1 -f --pid="$QEMU_PID" "$CONSOLE" | tr -d '\r' &
+    TAIL_PID=$!
+fi
+
+failures=()
+boot_start=$SECONDS
+backend_gone_at=
+while alive "$QEMU_PID"; do
+    if [[ -z $backend_gone_at ]] && ! alive "$BACKEND_PID"; then
+        backend_gone_at=$SECONDS
+    fi
+    # A backend may exit when QEMU disconnects at the end; give QEMU a moment to
+    # finish, and judge from the end marker below.
+    if [[ -n $backend_gone_at ]] && ((SECONDS - backend_gone_at > 5)); then
+        failures+=("the backend exited while the guest was running")
+        stop_pid "$QEMU_PID"
+        break
+    fi
+    if ((SECONDS - boot_start > TIMEOUT)); then
+        failures+=("timeout: the guest did not finish within $TIMEOUT s")
+        stop_pid "$QEMU_PID"
+        break
+    fi
+    sleep 0.5
+done
+qemu_rc=0
+wait "$QEMU_PID" 2>/dev/null || qemu_rc=$?
+QEMU_PID=
+[[ -z $TAIL_PID ]] || wait "$TAIL_PID" 2>/dev/null || true
+guest_time=$((SECONDS - boot_start))
+if [[ ${#failures[@]} -gt 0 ]]; then
+    log "QEMU stopped after $guest_time s"
+else
+    log "QEMU exited with status $qemu_rc after $guest_time s"
+fi
+if [[ $qemu_rc != 0 && ${#failures[@]} == 0 ]]; then
+    failures+=("QEMU exited with status $qemu_rc")
+    sed 's/^/qemu: /' "$WORK/qemu.log" >&2
+fi
+
+# The backend: alive is fine (we stop it now); exited is fine only if the guest
+# got to the end and the backend's status was 0.
+reached_end=0
+grep -q '^@@GT-END@@' "$DATA" 2>/dev/null && reached_end=1
+if alive "$BACKEND_PID"; then
+    stop_pid "$BACKEND_PID"
+else
+    backend_rc=0
+    wait "$BACKEND_PID" 2>/dev/null || backend_rc=$?
+    if [[ $backend_rc != 0 ]]; then
+        failures+=("the backend died with status $backend_rc")
+    elif [[ $reached_end == 0 ]]; then
+        failures+=("the backend exited before the guest finished")
+    fi
+fi
+BACKEND_PID=
+remove_image
+if grep -qiE 'panicked at|segmentation fault|core dumped' "$BACKEND_LOG"; then
+    failures+=("the backend log shows a crash (see below)")
+fi
+if [[ ${#failures[@]} -gt 0 || -n $(grep -v '^\s*$' "$BACKEND_LOG" || true) ]]; then
+    echo "--- backend log (last 20 lines)"
+    tail -n 20 "$BACKEND_LOG"
+fi
+
+echo
+log "fio results ($BACKEND backend, model $MODEL, set $JOBSET)"
+parse=(python3 "$HERE/parse-fio.py" "$DATA" --jobs "${GT[GT_JOBS]}"
+    --expect-min-write-lat-us "$EXPECT_WRITE_US" --expect-min-read-lat-us "$EXPECT_READ_US"
+    --summary-json "${SUMMARY_JSON:-$WORK/summary.json}")
+[[ -s $TRACE ]] && parse+=(--model-trace "$TRACE")
+parse_rc=0
+"${parse[@]}" || parse_rc=$?
+
+echo
+if [[ $parse_rc != 0 || ${#failures[@]} -gt 0 ]]; then
+    for f in "${failures[@]}"; do echo "FAIL: $f"; done
+    [[ $parse_rc == 0 ]] || echo "FAIL: fio checks failed (above)"
+    if [[ $reached_end == 0 ]]; then
+        echo "--- guest console (last 30 lines)"
+        tr -d '\r' <"$CONSOLE" | tail -n 30
+    fi
+    log "guest test FAILED after $(elapsed) (guest $guest_time s)"
+    echo "guest-test: 0 passed, 1 failed"
+    exit 1
+fi
+log "guest test passed in $(elapsed) (guest $guest_time s)"
+echo "guest-test: 1 passed, 0 failed"
+exit 0

@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Tests of parse-fio.py's checks on synthetic guest output (no guest needed).
+
+Run: python3 guest-tests/test_parse_fio.py
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def fio_doc(write_clat_min_ns, error=0):
+    clat = {"N": 10, "min": write_clat_min_ns, "max": write_clat_min_ns * 3,
+            "mean": write_clat_min_ns * 2,
+            "percentile": {"50.000000": write_clat_min_ns * 2,
+                           "99.000000": write_clat_min_ns * 3}}
+    return {"jobs": [{
+        "jobname": "w", "error": error, "total_err": 0, "job options": {},
+        "write": {"total_ios": 10, "io_bytes": 40960, "iops": 100.0, "bw": 400,
+                  "clat_ns": clat},
+        "read": {"total_ios": 0},
+    }]}
+
+
+def data_log(doc, dmesg=("virtio_blk virtio0: [vda] 2097152 512-byte logical blocks",)):
+    lines = ["@@GT-BEGIN@@", "@@GT-FIO-BEGIN randrw@@", json.dumps(doc),
+             "@@GT-FIO-END randrw rc=0@@", "@@GT-DMESG-BEGIN@@", *dmesg,
+             "@@GT-DMESG-END@@", "@@GT-END@@"]
+    return "\n".join(lines) + "\n"
+
+
+class ParseFio(unittest.TestCase):
+    def run_parse(self, log_text, trace_text=None, extra=()):
+        with tempfile.TemporaryDirectory() as d:
+            log = os.path.join(d, "data.log")
+            with open(log, "w") as f:
+                f.write(log_text)
+            cmd = [sys.executable, os.path.join(HERE, "parse-fio.py"), log,
+                   "--jobs", "randrw", *extra]
+            if trace_text is not None:
+                trace = os.path.join(d, "serve.trace")
+                with open(trace, "w") as f:
+                    f.write(trace_text)
+                cmd += ["--model-trace", trace]
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            return p.returncode, p.stdout
+
+    def test_a_clean_run_passes(self):
+        rc, out = self.run_parse(data_log(fio_doc(250_000)))
+        self.assertEqual(rc, 0, out)
+
+    def test_writes_faster_than_the_model_fail(self):
+        # The model says a 4 KiB write takes 3 ms; the guest saw one complete in 250 us.
+        trace = "# serve\n0 W 0 4096 3000000\n4000000 W 4096 4096 7100000\n"
+        rc, out = self.run_parse(data_log(fio_doc(250_000)), trace)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("below the model's minimum 3000.0 us", out)
+
+    def test_writes_no_faster_than_the_model_pass(self):
+        trace = "0 W 0 4096 200000\n# 300000 GET_ID 300100\n"
+        rc, out = self.run_parse(data_log(fio_doc(250_000)), trace)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("modelled latency min 200.0", out)
+
+    def test_an_explicit_floor_applies_without_a_trace(self):
+        rc, out = self.run_parse(data_log(fio_doc(250_000)),
+                                 extra=["--expect-min-write-lat-us", "5000"])
+        self.assertEqual(rc, 1, out)
+
+    def test_io_errors_and_kernel_complaints_fail(self):
+        rc, out = self.run_parse(data_log(fio_doc(250_000, error=5)))
+        self.assertEqual(rc, 1, out)
+        self.assertIn("fio error 5", out)
+        rc, out = self.run_parse(data_log(
+            fio_doc(250_000), dmesg=("blk_update_request: I/O error, dev vda, sector 8",)))
+        self.assertEqual(rc, 1, out)
+
+    def test_a_guest_that_never_finished_fails(self):
+        text = data_log(fio_doc(250_000)).replace("@@GT-END@@\n", "")
+        rc, out = self.run_parse(text)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("end marker", out)
+
+
+if __name__ == "__main__":
+    unittest.main()
