@@ -39,7 +39,7 @@ enum Commands {
     },
     /// Run a workload against a card model in card time (no sleeping, no data) and report
     /// throughput, latency percentiles and the card's counters.
-    Simulate(vhost_user_emmc::sim::command::SimulateArgs),
+    Simulate(Box<vhost_user_emmc::sim::command::SimulateArgs>),
     /// Bring a card up on a scratch image the way Linux would, exercise its features and
     /// check that the image keeps what the card promised.
     Selfcheck {

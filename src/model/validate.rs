@@ -142,6 +142,27 @@ impl DeviceModel {
             h.clock_hz > 0 && h.clock_hz <= max_hz,
             "host.clock_hz",
             || format!("{} Hz: {:?} allows 1..={max_hz} Hz", h.clock_hz, h.timing),
+        )?;
+        // CMD23's block count is 16 bits: 32 MiB at most per request.
+        ensure(
+            (4..=32_767).contains(&h.max_sectors_kb),
+            "host.max_sectors_kb",
+            || format!("{} KiB: a request holds 4..=32767 KiB", h.max_sectors_kb),
+        )?;
+        ensure(
+            (4..=32_767).contains(&h.max_hw_sectors_kb) && h.max_hw_sectors_kb >= h.max_sectors_kb,
+            "host.max_hw_sectors_kb",
+            || {
+                format!(
+                    "{} KiB: 4..=32767 KiB and at least max_sectors_kb ({})",
+                    h.max_hw_sectors_kb, h.max_sectors_kb
+                )
+            },
+        )?;
+        ensure(
+            (1..=4096).contains(&h.max_segments),
+            "host.max_segments",
+            || format!("{}: 1..=4096 segments", h.max_segments),
         )
     }
 
