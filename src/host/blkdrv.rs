@@ -386,6 +386,12 @@ pub struct MmcBlk<H: MmcHostOps> {
     rbuf: Vec<u8>,
 }
 
+/// CMD13 and its R1 as the card sent it, error bits included (`get_card_status`).
+fn mmc_get_status<H: MmcHostOps>(host: &mut H) -> Result<u32, MmcError> {
+    let cmd = MmcCommand::new(13, u32::from(MMC_RCA) << 16, ResponseType::R1);
+    super::mmc::mmc_wait_for_cmd(host, cmd).map(|r| r[0])
+}
+
 /// The data buffer size for requests up to `sectors` (plus a header block).
 fn buf_len(sectors: u32) -> usize {
     (sectors as usize + 1) * 512
@@ -984,7 +990,7 @@ impl<H: MmcHostOps> MmcBlk<H> {
         // mmc_blk_err_check: after a write the card must be back in tran and ready; the
         // R1 of a read's command tells of exceptions too.
         let status = if write {
-            match mmc_send_status(&mut self.host) {
+            match mmc_get_status(&mut self.host) {
                 Ok(s) => s,
                 Err(e) => {
                     self.rw_error(work, e);
@@ -1353,6 +1359,10 @@ impl<H: MmcHostOps> MmcBlk<H> {
         let Some(active) = self.active.take() else {
             return;
         };
+        // The read that asked for it has had its chance: another HPI needs another read
+        // (with a scheduler that does not put the read first, writes queued before it
+        // would otherwise be interrupted one after the other).
+        self.read_since = None;
         match self.mmc_interrupt_hpi() {
             Ok(true) => self.stats.hpi += 1,
             Ok(false) => {}
