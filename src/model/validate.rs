@@ -1253,6 +1253,24 @@ mod tests {
     }
 
     #[test]
+    fn host_queue_limits_must_fit_a_cmd23_request() {
+        let base = DeviceModel::load("msm-emmc45-sdr50").unwrap();
+        let cases: Vec<(&str, fn(&mut crate::model::HostModel))> = vec![
+            ("host.max_sectors_kb", |h| h.max_sectors_kb = 0),
+            ("host.max_sectors_kb", |h| h.max_sectors_kb = 40_000),
+            ("host.max_hw_sectors_kb", |h| {
+                h.max_hw_sectors_kb = h.max_sectors_kb - 1
+            }),
+            ("host.max_segments", |h| h.max_segments = 0),
+        ];
+        for (field, break_it) in cases {
+            let mut m = base.clone();
+            break_it(&mut m.host);
+            rejects(&m, field);
+        }
+    }
+
+    #[test]
     fn timing_model_is_a_tagged_choice_with_no_unknown_keys() {
         let text = super::super::BUILTIN_MODELS
             .iter()

@@ -416,3 +416,134 @@ impl Process for FileRewriter {
         &self.stats
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::blkdrv::BlkError;
+    use crate::sim::engine::run;
+
+    fn done(req: BlkRequest, at: Nanos) -> BlkCompletion {
+        BlkCompletion {
+            req,
+            at,
+            result: Ok(()),
+        }
+    }
+
+    #[test]
+    fn writeback_fills_the_queue_refills_by_plugs_and_fsyncs_last() {
+        let mut w = BufferedWriter::new(
+            "w",
+            2,
+            1000,
+            1 << 20,
+            128,
+            Some(20 * 64 * 1024),
+            8,
+            4,
+            true,
+            0,
+        );
+        let mut ids = 1;
+        let mut out = Vec::new();
+        assert_eq!(w.next_event(), Some(0));
+        w.act(0, &mut ids, &mut out);
+        assert_eq!(out.len(), 8, "the queue is filled to its depth");
+        assert!(out
+            .iter()
+            .all(|r| r.op == BlkOp::Write && !r.sync && r.ioc == 2));
+        assert_eq!(out[1].lba, out[0].lba + 128, "sequential");
+        // Three completions free 3 slots: fewer than a plug, no refill yet.
+        for r in &out[..3] {
+            w.complete(&done(*r, 10));
+        }
+        assert_eq!(w.next_event(), None);
+        w.complete(&done(out[3], 11));
+        assert_eq!(w.next_event(), Some(11), "a plug's worth of room");
+        let first = out.clone();
+        out.clear();
+        w.act(11, &mut ids, &mut out);
+        assert_eq!(out.len(), 4);
+        // Finish everything: 20 writes in all, then one flush.
+        let mut pending: Vec<BlkRequest> = first[4..].iter().chain(out.iter()).copied().collect();
+        let mut t = 20;
+        let mut flushes = 0;
+        while let Some(r) = pending.pop() {
+            w.complete(&done(r, t));
+            t += 1;
+            if let Some(at) = w.next_event() {
+                let mut more = Vec::new();
+                w.act(at, &mut ids, &mut more);
+                flushes += more.iter().filter(|r| r.op == BlkOp::Flush).count();
+                pending.extend(more);
+            }
+        }
+        assert_eq!(w.stats().bytes_written, 20 * 64 * 1024);
+        assert_eq!(w.stats().writes.count(), 20);
+        assert_eq!(flushes, 1);
+    }
+
+    #[test]
+    fn a_reader_thinks_after_each_window_and_merged_or_split_completions_count_once() {
+        let mut r = SequentialReader::new("r", 1, 0, 1 << 20, 256, None, 1, 5_000, 0);
+        let mut ids = 1;
+        let mut out = Vec::new();
+        r.act(0, &mut ids, &mut out);
+        assert_eq!(out.len(), 1);
+        let win = out[0];
+        assert!(win.is_sync());
+        // The driver completes it in two halves (a split): one window done.
+        r.complete(&done(
+            BlkRequest {
+                sectors: 128,
+                ..win
+            },
+            100,
+        ));
+        assert_eq!(r.next_event(), None, "half a window: still waiting");
+        r.complete(&done(
+            BlkRequest {
+                lba: 128,
+                sectors: 128,
+                ..win
+            },
+            200,
+        ));
+        assert_eq!(r.next_event(), Some(5_200), "think time after the window");
+        assert_eq!(r.stats().reads.count(), 1);
+        assert_eq!(r.stats().bytes_read, 256 * 512);
+        assert_eq!(r.stats().reads.max(), 200);
+    }
+
+    #[test]
+    fn failed_requests_count_as_errors_not_bytes() {
+        let mut r = SequentialReader::new("r", 1, 0, 1 << 20, 8, Some(4096), 1, 0, 0);
+        let mut ids = 1;
+        let mut out = Vec::new();
+        r.act(0, &mut ids, &mut out);
+        r.complete(&BlkCompletion {
+            req: out[0],
+            at: 5,
+            result: Err(BlkError::NotSupported(BlkOp::Read)),
+        });
+        assert_eq!(r.stats().errors, 1);
+        assert_eq!(r.stats().bytes_read, 0);
+    }
+
+    #[test]
+    fn iozone_writes_back_the_file_then_flushes_then_rewrites() {
+        let m = crate::model::DeviceModel::load("generic-emmc45").unwrap();
+        let mut drv = crate::sim::blkbench::driver(&m, &Default::default()).unwrap();
+        let t0 = drv.now();
+        let mut procs: Vec<Box<dyn crate::sim::engine::Process>> = vec![Box::new(
+            FileRewriter::new("iozone", 3, 0, 1 << 20, 1024, 1_000, t0),
+        )];
+        let end = run(&mut drv, &mut procs, 3600 * 1_000_000_000);
+        assert!(end.finished);
+        let (w, rw) = procs[0].phase_rates().expect("both phases ran");
+        assert!(w > 0.0 && rw > 0.0);
+        assert_eq!(procs[0].stats().bytes_written, 2 << 20);
+        assert_eq!(procs[0].stats().others.count(), 2, "one flush per phase");
+    }
+}
