@@ -1255,7 +1255,8 @@ mod tests {
     #[test]
     fn host_queue_limits_must_fit_a_cmd23_request() {
         let base = DeviceModel::load("msm-emmc45-sdr50").unwrap();
-        let cases: Vec<(&str, fn(&mut crate::model::HostModel))> = vec![
+        type Break = fn(&mut crate::model::HostModel);
+        let cases: Vec<(&str, Break)> = vec![
             ("host.max_sectors_kb", |h| h.max_sectors_kb = 0),
             ("host.max_sectors_kb", |h| h.max_sectors_kb = 40_000),
             ("host.max_hw_sectors_kb", |h| {
