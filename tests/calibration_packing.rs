@@ -85,6 +85,7 @@ fn parallel(packing: PackingMode) -> DriverReport {
         write_bs: 128,
         write_depth: 128,
         write_batch: 16,
+        writer: true,
     };
     run_experiment(&model("msm-emmc45-sdr50"), &setup(packing), &exp).unwrap()
 }

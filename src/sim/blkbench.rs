@@ -93,6 +93,8 @@ pub enum Experiment {
         write_bs: u32,
         write_depth: usize,
         write_batch: usize,
+        /// Run the writer (false: the reader alone, the baseline of the read loss).
+        writer: bool,
     },
     /// iozone -i 0 -e: write then rewrite a file of `file_bytes`, records of `record_bytes`.
     IozoneWrite {
@@ -114,14 +116,16 @@ impl Experiment {
                 read_depth,
                 read_think_ns,
                 write_bs,
+                writer,
                 ..
             } => format!(
-                "parallel-rw duration={:.1}s read-bs={} read-depth={} read-think={}us write-bs={}",
+                "parallel-rw duration={:.1}s read-bs={} read-depth={} read-think={}us write-bs={}{}",
                 *duration_ns as f64 / 1e9,
                 u64::from(*read_bs) * 512,
                 read_depth,
                 read_think_ns / 1000,
-                u64::from(*write_bs) * 512
+                u64::from(*write_bs) * 512,
+                if *writer { "" } else { " (reader alone)" }
             ),
             Experiment::IozoneWrite {
                 file_bytes,
@@ -238,6 +242,7 @@ pub fn run_experiment(
             write_bs,
             write_depth,
             write_batch,
+            writer,
         } => (
             vec![
                 Box::new(SequentialReader::new(
@@ -257,7 +262,7 @@ pub fn run_experiment(
                     write_start,
                     span,
                     write_bs,
-                    None,
+                    if writer { None } else { Some(0) },
                     write_depth,
                     write_batch,
                     false,

@@ -180,6 +180,9 @@ pub struct SimulateArgs {
     /// parallel-rw: reader's request (readahead window) size.
     #[arg(long, default_value = "768k", value_parser = parse_size)]
     pub read_bs: u64,
+    /// parallel-rw: the reader alone, without the writer (the baseline of the read loss).
+    #[arg(long)]
+    pub read_only: bool,
     /// parallel-rw: reader's windows in flight.
     #[arg(long, default_value_t = 1)]
     pub read_depth: usize,
@@ -350,6 +353,7 @@ pub fn driver_run(
                 write_bs,
                 write_depth: args.write_depth.clamp(1, 4096),
                 write_batch: args.write_batch.clamp(1, 4096),
+                writer: !args.read_only,
             }
         }
         WorkloadKind::IozoneWrite => Experiment::IozoneWrite {
