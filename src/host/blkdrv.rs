@@ -1369,14 +1369,9 @@ impl<H: MmcHostOps> MmcBlk<H> {
             Err(e) => log::warn!("mmcblk: HPI failed: {e}"),
         }
         self.host.wait_busy_until(None);
-        let (work, sectors, done) = match active {
+        let (work, sectors) = match active {
             Active::Bkops => return,
-            Active::Rw {
-                work,
-                sectors,
-                done,
-                ..
-            } => (work, sectors, done),
+            Active::Rw { work, sectors, .. } => (work, sectors),
         };
         let prg = match mmc_get_ext_csd(&mut self.host) {
             Ok(e) => ext::read_le(&e, ext::CORRECTLY_PRG_SECTORS_NUM, 4).min(sectors),
@@ -1385,7 +1380,6 @@ impl<H: MmcHostOps> MmcBlk<H> {
                 return;
             }
         };
-        let _ = done;
         let now = self.host.now();
         let reqs: Vec<(BlkRequest, u32)> = match &work {
             // Only the piece on the card counts; earlier pieces completed already.

@@ -955,3 +955,51 @@ mod hostile {
         }
     }
 }
+
+#[test]
+fn packed_reads_send_the_header_by_cmd25_then_the_data_by_cmd18() {
+    let m = model("msm-emmc45-sdr50");
+    let cfg = quiet(BlkConfig {
+        packing: PackingMode::Always,
+        packed_reads: true,
+        ..BlkConfig::for_model(&m.host)
+    });
+    let mut h = mem_host(&m);
+    h.mmc_init_card(&HostCaps::for_model(&m.host)).unwrap();
+    for (i, lba) in [0u64, 100, 200].iter().enumerate() {
+        h.mmc_write_blocks(*lba, &vec![i as u8 + 1; 8 * 512], 0)
+            .unwrap();
+    }
+    let mut d = MmcBlk::probe(
+        Recorder {
+            inner: h,
+            log: Vec::new(),
+            fail_data: 0,
+        },
+        cfg,
+    )
+    .unwrap();
+    d.host_mut().clear();
+    for (i, lba) in [0u64, 100, 200].iter().enumerate() {
+        d.submit(req(i as u64 + 1, BlkOp::Read, *lba, 8), 0);
+    }
+    let done = drain(&mut d);
+    assert!(done.iter().all(|c| c.result.is_ok()), "{done:?}");
+    assert_eq!(d.stats().packed_reads, 1);
+    let log = d.host().data();
+    let hdr = log
+        .iter()
+        .position(|r| r.opcode == 25 && r.sbc == Some(MMC_CMD23_ARG_PACKED | 1))
+        .expect("header write");
+    let data = log[hdr + 1];
+    assert_eq!(data.opcode, 18);
+    let n = data.blocks;
+    assert!(n >= 16, "at least two entries: {n}");
+    assert_eq!(data.sbc, Some(MMC_CMD23_ARG_PACKED | n));
+    assert_eq!(n, 24, "the three reads in one command");
+    assert_eq!(d.stats().read_packing.entries.get(&3), Some(&1));
+    // The entries came back in header order, back to back.
+    for (i, chunk) in d.rbuf[..24 * 512].chunks(8 * 512).enumerate() {
+        assert!(chunk.iter().all(|&b| b == i as u8 + 1), "entry {}", i + 1);
+    }
+}
