@@ -271,11 +271,11 @@ impl IoScheduler for Deadline {
     fn add(&mut self, req: BlkRequest, now: Nanos) {
         match req.op {
             BlkOp::Read => {
-                let exp = now + self.t.read_expire_ns;
+                let exp = now.saturating_add(self.t.read_expire_ns);
                 self.reads.insert(req, exp, &self.limits);
             }
             BlkOp::Write => {
-                let exp = now + self.t.write_expire_ns;
+                let exp = now.saturating_add(self.t.write_expire_ns);
                 self.writes.insert(req, exp, &self.limits);
             }
             _ => self.others.push_back(req),

@@ -313,7 +313,8 @@ pub fn driver_run(
         SchedulerArg::Noop => Elevator::Noop,
         SchedulerArg::Deadline => Elevator::Deadline(Default::default()),
         SchedulerArg::Cfq => Elevator::Cfq(crate::host::iosched::CfqTunables {
-            slice_idle_ns: args.slice_idle_us.saturating_mul(1000),
+            // CFQ takes slice_idle in ms up to seconds; more than 10 s means nothing.
+            slice_idle_ns: args.slice_idle_us.min(10_000_000) * 1000,
             ..Default::default()
         }),
     };
@@ -344,6 +345,9 @@ pub fn driver_run(
             }
             if args.read_depth == 0 || args.read_depth > 64 {
                 return Err("--read-depth must be 1..=64".into());
+            }
+            if args.read_think_us > 3_600_000_000 {
+                return Err("--read-think-us must be at most an hour".into());
             }
             Experiment::ParallelRw {
                 duration_ns: (args.duration * 1e9) as u64,

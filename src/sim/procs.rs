@@ -259,7 +259,7 @@ impl Process for SequentialReader {
         let done = self.out.complete(c);
         self.stats.record(&done, c);
         for _ in &done {
-            self.wakes.push(c.at + self.think_ns);
+            self.wakes.push(c.at.saturating_add(self.think_ns));
         }
     }
 
@@ -352,9 +352,9 @@ impl Process for FileRewriter {
         }
         self.stats.submitted(now);
         let (begun, _) = self.phases[self.phase];
-        if !self.writes_sent && now < begun + self.copy_ns {
+        if !self.writes_sent && now < begun.saturating_add(self.copy_ns) {
             // The process is still copying records into the page cache.
-            self.wake = Some(begun + self.copy_ns);
+            self.wake = Some(begun.saturating_add(self.copy_ns));
             return;
         }
         if !self.writes_sent {

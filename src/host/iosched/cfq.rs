@@ -212,13 +212,16 @@ impl Cfq {
     fn slice_offset(&self, sync: bool) -> Nanos {
         let busy = self.busy_queues().saturating_sub(1) as u64;
         // The longest slice: a sync queue of the highest priority.
-        let top = self.t.slice_sync_ns + self.t.slice_sync_ns / 5 * IOPRIO_NORM;
-        busy * top.saturating_sub(self.prio_slice(sync))
+        let top = self
+            .t
+            .slice_sync_ns
+            .saturating_add(self.t.slice_sync_ns / 5 * IOPRIO_NORM);
+        busy.saturating_mul(top.saturating_sub(self.prio_slice(sync)))
     }
 
     /// Put a queue on the service tree (or move it) at `now`.
     fn service_tree_add(&mut self, i: usize, now: Nanos) {
-        let key = now + self.slice_offset(self.queues[i].sync);
+        let key = now.saturating_add(self.slice_offset(self.queues[i].sync));
         let q = &mut self.queues[i];
         q.on_rr = true;
         q.rb_key = key;
@@ -314,7 +317,9 @@ impl Cfq {
 
     /// `cfq_slice_used_soon`.
     fn slice_used_soon(&self, q: &CfqQueue, now: Nanos) -> bool {
-        q.slice_new || now + self.t.slice_idle_ns * u64::from(q.dispatched) > q.slice_end
+        q.slice_new
+            || now.saturating_add(self.t.slice_idle_ns.saturating_mul(u64::from(q.dispatched)))
+                > q.slice_end
     }
 
     /// `cfq_may_dispatch`.
@@ -393,12 +398,11 @@ impl IoScheduler for Cfq {
         }
         let i = self.queue_index(&req);
         self.update_thinktime(i, now);
-        let expire = now
-            + if req.is_sync() {
-                self.t.fifo_expire_sync_ns
-            } else {
-                self.t.fifo_expire_async_ns
-            };
+        let expire = now.saturating_add(if req.is_sync() {
+            self.t.fifo_expire_sync_ns
+        } else {
+            self.t.fifo_expire_async_ns
+        });
         let limits = self.limits;
         let q = &mut self.queues[i];
         // Back merge, then front merge, with a queued request of this queue.
@@ -532,7 +536,7 @@ impl IoScheduler for Cfq {
         let queued_at = self.queued_at.remove(&req.id);
         if sync {
             self.queues[i].last_end_request = Some(now);
-            if queued_at.is_some_and(|t| now >= t + self.t.fifo_expire_sync_ns) {
+            if queued_at.is_some_and(|t| now >= t.saturating_add(self.t.fifo_expire_sync_ns)) {
                 self.last_delayed_sync = Some(now);
             }
         }
@@ -540,14 +544,14 @@ impl IoScheduler for Cfq {
             let slice = self.prio_slice(sync);
             let q = &mut self.queues[i];
             if q.slice_new {
-                q.slice_end = now + slice;
+                q.slice_end = now.saturating_add(slice);
                 q.slice_new = false;
             }
             if q.slice_used(now) {
                 self.slice_expired(now);
             } else if sync && q.is_empty() && q.dispatched == 0 && self.should_idle(&self.queues[i])
             {
-                self.idle_until = Some(now + self.t.slice_idle_ns);
+                self.idle_until = Some(now.saturating_add(self.t.slice_idle_ns));
             }
         }
     }
