@@ -338,6 +338,8 @@ impl Work {
 #[derive(Debug)]
 struct Prepared {
     work: Work,
+    /// When the queue thread fetched it, and when its preparation is done.
+    fetched_at: Nanos,
     ready_at: Nanos,
 }
 
@@ -377,6 +379,8 @@ pub struct MmcBlk<H: MmcHostOps> {
     /// was busy (for HPI).
     read_since: Option<Nanos>,
     any_since: Option<Nanos>,
+    /// The prepared request already had its HPI.
+    hpi_done_for_cur: bool,
     writes_since_read: u32,
     next_split_id: u64,
     stats: BlkStats,
@@ -456,6 +460,7 @@ impl<H: MmcHostOps> MmcBlk<H> {
             urgent_bkops: false,
             read_since: None,
             any_since: None,
+            hpi_done_for_cur: false,
             writes_since_read: 0,
             next_split_id: 1 << 62,
             stats: BlkStats::default(),
@@ -749,8 +754,10 @@ impl<H: MmcHostOps> MmcBlk<H> {
             Work::Packed { reqs, .. } => reqs.len() as u64,
             _ => 1,
         };
+        self.hpi_done_for_cur = false;
         self.cur = Some(Prepared {
             work,
+            fetched_at: at,
             ready_at: at.saturating_add(self.cfg.prepare_ns.saturating_mul(entries)),
         });
     }
@@ -1348,7 +1355,19 @@ impl<H: MmcHostOps> MmcBlk<H> {
                 if !long {
                     return None;
                 }
-                self.read_since?
+                // A read waiting in the scheduler, or already fetched by the pipeline.
+                let fetched = self.cur.as_ref().and_then(|c| {
+                    let read = match &c.work {
+                        Work::Rw { req, .. } => req.op.is_read(),
+                        Work::Packed { reqs, .. } => reqs[0].op.is_read(),
+                        Work::Special(_) => false,
+                    };
+                    (read && !self.hpi_done_for_cur).then_some(c.fetched_at)
+                });
+                match (self.read_since, fetched) {
+                    (Some(a), Some(b)) => a.min(b),
+                    (a, b) => a.or(b)?,
+                }
             }
         };
         (at <= until).then_some(at)
@@ -1363,6 +1382,7 @@ impl<H: MmcHostOps> MmcBlk<H> {
         // (with a scheduler that does not put the read first, writes queued before it
         // would otherwise be interrupted one after the other).
         self.read_since = None;
+        self.hpi_done_for_cur = true;
         match self.mmc_interrupt_hpi() {
             Ok(true) => self.stats.hpi += 1,
             Ok(false) => {}

@@ -1003,3 +1003,31 @@ fn packed_reads_send_the_header_by_cmd25_then_the_data_by_cmd18() {
         assert!(chunk.iter().all(|&b| b == i as u8 + 1), "entry {}", i + 1);
     }
 }
+
+#[test]
+fn hpi_also_serves_a_read_the_pipeline_already_fetched() {
+    let m = slow_write_model();
+    let cfg = BlkConfig {
+        hpi: HpiPolicy {
+            enabled: true,
+            min_write_sectors: 64,
+        },
+        ..quiet(BlkConfig::for_model(&m.host))
+    };
+    let mut d = MmcBlk::probe(null_host(&m), cfg).unwrap();
+    let t0 = d.now();
+    // The write and the read queued together: the read is fetched while the write is on
+    // the card, before the write's programming begins.
+    d.submit(req(1, BlkOp::Write, 10_000, 128), t0);
+    d.submit(req(2, BlkOp::Read, 500_000, 8), t0);
+    let done = drain(&mut d);
+    assert_eq!(d.stats().hpi, 1);
+    let r = done.iter().find(|c| c.req.id == 2).unwrap().at;
+    let w = done
+        .iter()
+        .filter(|c| c.req.id == 1)
+        .map(|c| c.at)
+        .max()
+        .unwrap();
+    assert!(r < w);
+}
