@@ -90,6 +90,10 @@ pub struct HpiPolicy {
     pub enabled: bool,
     /// Only writes of at least this many sectors (a packed write always qualifies).
     pub min_write_sectors: u32,
+    /// Only once the read has waited this long (the "wait threshold" of seed 000's
+    /// foreground HPI): an HPI at the very start of programming lands nothing, and the
+    /// interrupted write comes back whole.
+    pub min_wait_ns: Nanos,
 }
 
 impl Default for HpiPolicy {
@@ -97,6 +101,7 @@ impl Default for HpiPolicy {
         HpiPolicy {
             enabled: false,
             min_write_sectors: 128,
+            min_wait_ns: 5_000_000,
         }
     }
 }
@@ -1364,10 +1369,11 @@ impl<H: MmcHostOps> MmcBlk<H> {
                     };
                     (read && !self.hpi_done_for_cur).then_some(c.fetched_at)
                 });
-                match (self.read_since, fetched) {
+                let arrived = match (self.read_since, fetched) {
                     (Some(a), Some(b)) => a.min(b),
                     (a, b) => a.or(b)?,
-                }
+                };
+                arrived.saturating_add(self.cfg.hpi.min_wait_ns)
             }
         };
         (at <= until).then_some(at)

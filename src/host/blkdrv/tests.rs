@@ -622,6 +622,7 @@ fn hpi_interrupts_a_long_write_for_a_read_and_requeues_the_rest() {
         hpi: HpiPolicy {
             enabled: true,
             min_write_sectors: 128,
+            min_wait_ns: 0,
         },
         elevator: Elevator::Cfq(CfqTunables::default()),
         ..quiet(BlkConfig::for_model(&m.host))
@@ -922,7 +923,7 @@ mod hostile {
                     1 => Elevator::Deadline(Default::default()),
                     _ => Elevator::Cfq(Default::default()),
                 },
-                hpi: HpiPolicy { enabled: true, min_write_sectors: 8 },
+                hpi: HpiPolicy { enabled: true, min_write_sectors: 8, min_wait_ns: 0 },
                 ..BlkConfig::for_model(&m.host)
             };
             let mut d = MmcBlk::probe(null_host(&m), cfg).unwrap();
@@ -1011,6 +1012,7 @@ fn hpi_also_serves_a_read_the_pipeline_already_fetched() {
         hpi: HpiPolicy {
             enabled: true,
             min_write_sectors: 64,
+            min_wait_ns: 0,
         },
         ..quiet(BlkConfig::for_model(&m.host))
     };
@@ -1030,4 +1032,34 @@ fn hpi_also_serves_a_read_the_pipeline_already_fetched() {
         .max()
         .unwrap();
     assert!(r < w);
+}
+
+#[test]
+fn hpi_waits_for_the_read_to_have_waited_its_threshold() {
+    let m = slow_write_model();
+    let run = |min_wait_ns| {
+        let cfg = BlkConfig {
+            hpi: HpiPolicy {
+                enabled: true,
+                min_write_sectors: 64,
+                min_wait_ns,
+            },
+            ..quiet(BlkConfig::for_model(&m.host))
+        };
+        let mut d = MmcBlk::probe(null_host(&m), cfg).unwrap();
+        let t0 = d.now();
+        d.submit(req(1, BlkOp::Write, 10_000, 128), t0);
+        d.submit(req(2, BlkOp::Read, 500_000, 8), t0);
+        drain(&mut d);
+        (d.stats().hpi, d.stats().hpi_requeued_sectors)
+    };
+    let (n0, back0) = run(0);
+    let (n1, back1) = run(2_000_000);
+    assert_eq!((n0, n1), (1, 1));
+    assert!(back1 < back0, "later HPI, more landed: {back0} vs {back1}");
+    assert_eq!(
+        run(1_000_000_000).0,
+        0,
+        "the write ends before the threshold"
+    );
 }
