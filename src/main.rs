@@ -41,7 +41,7 @@ enum Commands {
     Serve(vhost_user_emmc::frontend::blk::serve::ServeArgs),
     /// Run a workload against a card model in card time (no sleeping, no data) and report
     /// throughput, latency percentiles and the card's counters.
-    Simulate(vhost_user_emmc::sim::command::SimulateArgs),
+    Simulate(Box<vhost_user_emmc::sim::command::SimulateArgs>),
     /// Bring a card up on a scratch image the way Linux would, exercise its features and
     /// check that the image keeps what the card promised.
     Selfcheck {

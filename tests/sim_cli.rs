@@ -160,3 +160,105 @@ fn the_ideal_model_has_no_flash_counters_and_rand_write_reports_them_on_flash_mo
     ]));
     assert!(flash["flash"]["host_sectors"].as_u64().unwrap() >= 1600);
 }
+
+#[test]
+fn driver_workloads_report_packing_and_throughput_as_json() {
+    let on = json(&simulate(&[
+        "--model",
+        "msm-emmc45-sdr50",
+        "--workload",
+        "lmdd-write",
+        "--size",
+        "8M",
+        "--packing",
+        "always",
+        "--json",
+    ]));
+    let off = json(&simulate(&[
+        "--model",
+        "msm-emmc45-sdr50",
+        "--workload",
+        "lmdd-write",
+        "--size",
+        "8M",
+        "--json",
+    ]));
+    assert_eq!(on["write"]["bytes"], 8 << 20);
+    assert!(on["driver"]["packed_writes"].as_u64().unwrap() > 0);
+    assert_eq!(off["driver"]["packed_writes"], 0);
+    assert!(on["write"]["mb_per_s"].as_f64().unwrap() > off["write"]["mb_per_s"].as_f64().unwrap());
+    assert!(!on["write_packing"]["packed"].as_array().unwrap().is_empty());
+    let rw = json(&simulate(&[
+        "--model",
+        "msm-emmc45-sdr50",
+        "--workload",
+        "parallel-rw",
+        "--duration",
+        "0.5",
+        "--scheduler",
+        "deadline",
+        "--json",
+    ]));
+    assert!(rw["read"]["mb_per_s"].as_f64().unwrap() > 0.0);
+    assert!(rw["write"]["mb_per_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(rw["scheduler"], "deadline");
+    let io = json(&simulate(&[
+        "--model",
+        "sandisk-emmc45",
+        "--workload",
+        "iozone-write",
+        "--size",
+        "2M",
+        "--json",
+    ]));
+    assert!(io["iozone_kb_per_s"][0].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn a_threshold_sweep_prints_a_row_per_threshold() {
+    let out = simulate(&[
+        "--model",
+        "msm-emmc45-sdr50",
+        "--workload",
+        "parallel-rw",
+        "--duration",
+        "0.3",
+        "--sweep",
+        "wr-threshold=0..3",
+        "--json",
+    ]);
+    let j = json(&out);
+    let rows = j["sweep"].as_array().unwrap();
+    assert_eq!(rows.len(), 4);
+    assert_eq!(rows[3]["wr_threshold"], 3);
+    let text = simulate(&[
+        "--model",
+        "msm-emmc45-sdr50",
+        "--workload",
+        "parallel-rw",
+        "--duration",
+        "0.2",
+        "--sweep",
+        "wr-threshold=16..17",
+    ]);
+    assert!(text.status.success());
+    let s = String::from_utf8_lossy(&text.stdout);
+    assert!(s.contains("wr-threshold") && s.contains("read MB/s"), "{s}");
+}
+
+#[test]
+fn bad_driver_arguments_are_refused_with_a_message() {
+    for args in [
+        vec!["--workload", "parallel-rw", "--sweep", "wr-threshold=5..2"],
+        vec!["--workload", "parallel-rw", "--sweep", "threshold=1..2"],
+        vec!["--workload", "seq-write", "--sweep", "wr-threshold=1..2"],
+        vec!["--workload", "parallel-rw", "--duration", "-1"],
+        vec!["--workload", "parallel-rw", "--read-bs", "1000"],
+        vec!["--workload", "lmdd-write", "--write-bs", "0"],
+        vec!["--workload", "parallel-rw", "--read-depth", "0"],
+    ] {
+        let out = simulate(&args);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        assert!(!out.stderr.is_empty(), "{args:?}: no message");
+    }
+}

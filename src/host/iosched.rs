@@ -11,6 +11,9 @@ use std::collections::{BTreeMap, VecDeque};
 use super::packing::{BlkOp, BlkRequest};
 use crate::timing::Nanos;
 
+mod cfq;
+pub use cfq::{Cfq, CfqTunables};
+
 /// What merging may build.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MergeLimits {
@@ -63,6 +66,41 @@ pub trait IoScheduler: Send {
     }
     /// The driver finished a request at `now` (schedulers that idle on sync I/O use it).
     fn completed(&mut self, _req: &BlkRequest, _now: Nanos) {}
+    /// A read is queued and not yet dispatched (the driver's HPI policy asks).
+    fn has_queued_read(&self) -> bool;
+    /// Take back a dispatched request to be scheduled again as if it had just arrived (its
+    /// in-driver accounting undone): the remainder of a write interrupted by HPI, which
+    /// should not go ahead of the read that caused the interruption. By default it is
+    /// requeued at the front.
+    fn reinsert(&mut self, req: BlkRequest, _now: Nanos) {
+        self.requeue(req);
+    }
+}
+
+/// Which scheduler, with its tunables (Linux's `elevator=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Elevator {
+    Noop,
+    Deadline(DeadlineTunables),
+    Cfq(CfqTunables),
+}
+
+impl Elevator {
+    pub fn build(&self, limits: MergeLimits) -> Box<dyn IoScheduler> {
+        match *self {
+            Elevator::Noop => Box::new(Noop::new(limits)),
+            Elevator::Deadline(t) => Box::new(Deadline::new(t, limits)),
+            Elevator::Cfq(t) => Box::new(Cfq::new(t, limits)),
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Elevator::Noop => "noop",
+            Elevator::Deadline(_) => "deadline",
+            Elevator::Cfq(_) => "cfq",
+        }
+    }
 }
 
 /// First come, first served, with merging: Linux's noop.
@@ -101,6 +139,12 @@ impl IoScheduler for Noop {
     }
     fn len(&self) -> usize {
         self.queue.len()
+    }
+    fn has_queued_read(&self) -> bool {
+        self.queue.iter().any(|r| r.op.is_read())
+    }
+    fn reinsert(&mut self, req: BlkRequest, _now: Nanos) {
+        self.queue.push_back(req);
     }
 }
 
@@ -227,11 +271,11 @@ impl IoScheduler for Deadline {
     fn add(&mut self, req: BlkRequest, now: Nanos) {
         match req.op {
             BlkOp::Read => {
-                let exp = now + self.t.read_expire_ns;
+                let exp = now.saturating_add(self.t.read_expire_ns);
                 self.reads.insert(req, exp, &self.limits);
             }
             BlkOp::Write => {
-                let exp = now + self.t.write_expire_ns;
+                let exp = now.saturating_add(self.t.write_expire_ns);
                 self.writes.insert(req, exp, &self.limits);
             }
             _ => self.others.push_back(req),
@@ -295,6 +339,14 @@ impl IoScheduler for Deadline {
     fn len(&self) -> usize {
         self.reads.sorted.len() + self.writes.sorted.len() + self.others.len() + self.requeued.len()
     }
+
+    fn has_queued_read(&self) -> bool {
+        !self.reads.is_empty() || self.requeued.iter().any(|r| r.op.is_read())
+    }
+
+    fn reinsert(&mut self, req: BlkRequest, now: Nanos) {
+        self.add(req, now);
+    }
 }
 
 #[cfg(test)]
@@ -308,12 +360,8 @@ mod tests {
 
     fn req(id: u64, op: BlkOp, lba: u64, sectors: u32) -> BlkRequest {
         BlkRequest {
-            id,
-            op,
-            lba,
-            sectors,
-            fua: false,
             segments: 1,
+            ..BlkRequest::new(id, op, lba, sectors)
         }
     }
 

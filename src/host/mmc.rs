@@ -183,6 +183,483 @@ const BUS_WIDTH_CHECK_BYTES: [usize; 17] = [
     ext::SEC_COUNT + 3,
 ];
 
+/// How the MMC core reaches a card: Linux's `struct mmc_host_ops` (`request`, `set_ios`,
+/// `execute_tuning`, `card_busy`) and the host's clock. Everything above it — bring-up,
+/// `mmc_switch`, the block driver's policies in [`crate::host::blkdrv`] — is written once
+/// against this trait: [`MmcHost`] implements it with the in-process SDHCI model and card;
+/// a transport that carries MMC requests from elsewhere (virtio-mmc) implements it too.
+///
+/// Time is card time in nanoseconds. An implementation that runs against a real clock
+/// treats `idle_until` and the deadline of `wait_busy_until` as timers.
+pub trait MmcHostOps {
+    /// The host's current card time.
+    fn now(&self) -> Nanos;
+    /// Let time pass with nothing on the bus, up to `t` (no-op if `t` is past).
+    fn idle_until(&mut self, t: Nanos);
+    /// `mmc_host_ops.request` and wait: run one request to its end, busy included.
+    fn request<S: DmaSegment>(&mut self, mrq: MmcRequest<'_, S>) -> SdhciCompletion;
+    /// Run one request but return when its final busy begins (the completion says whether
+    /// the card is still busy); the caller waits with [`MmcHostOps::wait_busy_until`].
+    fn start_request<S: DmaSegment>(&mut self, mrq: MmcRequest<'_, S>) -> SdhciCompletion;
+    /// Wait for DAT0 busy to end, but not past `deadline`; `true` when it ended.
+    fn wait_busy_until(&mut self, deadline: Option<Nanos>) -> bool;
+    /// `mmc_host_ops.set_ios`.
+    fn set_ios(&mut self, ios: MmcIos);
+    fn ios(&self) -> MmcIos;
+    /// `mmc_host_ops.execute_tuning`.
+    fn execute_tuning(&mut self) -> Result<u32, TuningError>;
+    /// Linux's `mmc->max_busy_timeout` in ms (0: no limit).
+    fn max_busy_timeout_ms(&self) -> u32;
+}
+
+/// What bring-up learned about the card (Linux's `struct mmc_card`, the parts the core and
+/// the block driver use).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MmcCard {
+    /// EXT_CSD as read after bring-up.
+    pub ext_csd: [u8; ext::EXT_CSD_LEN],
+    /// CSD from CMD9 (without its CRC byte, as SDHCI keeps it).
+    pub csd: [u8; 16],
+    /// Sector addressing (OCR access mode; Linux `mmc_card_blockaddr`).
+    pub blockaddr: bool,
+    switch_times: SwitchTimes,
+}
+
+impl MmcCard {
+    /// The CMD17/18/24/25/35/36 argument for sector `lba`.
+    pub fn address(&self, lba: u64) -> u32 {
+        if self.blockaddr {
+            lba as u32
+        } else {
+            (lba << 9) as u32
+        }
+    }
+
+    /// User-area size in sectors (SEC_COUNT).
+    pub fn sectors(&self) -> u64 {
+        u64::from(ext::read_le(&self.ext_csd, ext::SEC_COUNT, 4))
+    }
+}
+
+/// `mmc_wait_for_cmd`: one command without data; its response words, or the error.
+pub fn mmc_wait_for_cmd<H: MmcHostOps>(
+    host: &mut H,
+    cmd: MmcCommand,
+) -> Result<[u32; 4], MmcError> {
+    let done = host.request(MmcRequest::command(cmd));
+    match done.error() {
+        None => Ok(done.cmd.resp),
+        Some(SdhciError::CmdTimeout) => Err(MmcError::Timeout(cmd.opcode)),
+        Some(error) => Err(MmcError::Host {
+            cmd: cmd.opcode,
+            error,
+        }),
+    }
+}
+
+/// Send one command with the response the command table gives it; `None` when the
+/// controller reports an error or the command has no response. An R2 comes back without
+/// its CRC byte (SDHCI drops it).
+pub fn mmc_send_command<H: MmcHostOps>(host: &mut H, index: u8, arg: u32) -> Option<Response> {
+    let cmd = MmcCommand::for_opcode(index, arg);
+    let resp = mmc_wait_for_cmd(host, cmd).ok()?;
+    Some(match cmd.resp_type {
+        ResponseType::None => return None,
+        ResponseType::R1 => Response::R1(resp[0]),
+        ResponseType::R1b => Response::R1b(resp[0]),
+        ResponseType::R2 => {
+            let mut b = [0u8; 16];
+            for (i, w) in resp.iter().enumerate() {
+                b[4 * i..4 * i + 4].copy_from_slice(&w.to_be_bytes());
+            }
+            Response::R2(b)
+        }
+        ResponseType::R3 => Response::R3(resp[0]),
+        ResponseType::R4 => Response::R4(resp[0]),
+        ResponseType::R5 => Response::R5(resp[0]),
+    })
+}
+
+/// Check an R1 for error bits.
+pub fn check_r1(cmd: u8, status: u32) -> Result<u32, MmcError> {
+    if status & r1::ERRORS != 0 {
+        Err(MmcError::Status { cmd, status })
+    } else {
+        Ok(status)
+    }
+}
+
+/// Send a command that answers R1/R1b and check its error bits.
+pub fn mmc_send_r1<H: MmcHostOps>(host: &mut H, index: u8, arg: u32) -> Result<u32, MmcError> {
+    let cmd = MmcCommand::for_opcode(index, arg);
+    if !matches!(cmd.resp_type, ResponseType::R1 | ResponseType::R1b) {
+        let resp = mmc_send_command(host, index, arg);
+        return Err(MmcError::Response { cmd: index, resp });
+    }
+    let resp = mmc_wait_for_cmd(host, cmd)?;
+    check_r1(index, resp[0])
+}
+
+/// CMD13.
+pub fn mmc_send_status<H: MmcHostOps>(host: &mut H) -> Result<u32, MmcError> {
+    mmc_send_r1(host, 13, u32::from(MMC_RCA) << 16)
+}
+
+/// The CURRENT_STATE field of an R1.
+pub fn r1_state(status: u32) -> u32 {
+    (status & r1::CURRENT_STATE_MASK) >> r1::CURRENT_STATE_SHIFT
+}
+
+/// CMD6 write-byte, wait for busy, then CMD13 and check SWITCH_ERROR, as `mmc_switch()`.
+pub fn mmc_switch<H: MmcHostOps>(
+    host: &mut H,
+    card: &MmcCard,
+    index: usize,
+    value: u8,
+) -> Result<(), MmcError> {
+    __mmc_switch(host, &card.switch_times, index, value, None, true)
+}
+
+/// `__mmc_switch`: CMD6 with the byte's busy time-out, as R1b when the controller can
+/// wait that long and as R1 with DAT0 polling otherwise; then the host timing change,
+/// then (with `send_status`) CMD13 and its SWITCH_ERROR check.
+fn __mmc_switch<H: MmcHostOps>(
+    host: &mut H,
+    times: &SwitchTimes,
+    index: usize,
+    value: u8,
+    timing: Option<BusTiming>,
+    send_status: bool,
+) -> Result<(), MmcError> {
+    let arg = 0x0300_0000 | (index as u32) << 16 | u32::from(value) << 8;
+    let timeout_ms = times.for_switch(index, value);
+    let max_busy = host.max_busy_timeout_ms();
+    let use_r1b = max_busy == 0 || timeout_ms <= max_busy;
+    let resp_type = if use_r1b {
+        ResponseType::R1b
+    } else {
+        ResponseType::R1
+    };
+    let cmd = MmcCommand::new(6, arg, resp_type).with_busy_timeout(timeout_ms);
+    let resp = mmc_wait_for_cmd(host, cmd)?;
+    check_r1(6, resp[0])?;
+    if !use_r1b {
+        host.wait_busy_until(None);
+    }
+    if let Some(timing) = timing {
+        mmc_set_timing(host, timing);
+    }
+    if send_status {
+        mmc_switch_status(host, true)?;
+    }
+    Ok(())
+}
+
+/// CMD6 that starts a long operation (BKOPS_START) without waiting for its busy: Linux's
+/// `__mmc_switch(.., use_busy_signal = false)`. The caller waits or interrupts it.
+pub fn mmc_switch_nowait<H: MmcHostOps>(
+    host: &mut H,
+    index: usize,
+    value: u8,
+) -> Result<SdhciCompletion, MmcError> {
+    let arg = 0x0300_0000 | (index as u32) << 16 | u32::from(value) << 8;
+    let cmd = MmcCommand::new(6, arg, ResponseType::R1b);
+    let done = host.start_request(MmcRequest::command(cmd));
+    completion_result(&done)?;
+    Ok(done)
+}
+
+/// `mmc_switch_status`: CMD13 after a switch; a CRC error is fatal only when asked.
+fn mmc_switch_status<H: MmcHostOps>(host: &mut H, crc_err_fatal: bool) -> Result<(), MmcError> {
+    let status = match mmc_send_status(host) {
+        Err(MmcError::Host {
+            error: SdhciError::CmdCrc,
+            ..
+        }) if !crc_err_fatal => return Ok(()),
+        other => other?,
+    };
+    if status & r1::SWITCH_ERROR != 0 {
+        return Err(MmcError::Status { cmd: 6, status });
+    }
+    Ok(())
+}
+
+/// Read one block-sized register-like transfer (CMD8) into `buf`.
+fn adtc_read<H: MmcHostOps>(
+    host: &mut H,
+    opcode: u8,
+    arg: u32,
+    buf: &mut [u8],
+) -> Result<u32, MmcError> {
+    let blksz = buf.len() as u32;
+    let mut sg = [buf];
+    let mrq = MmcRequest {
+        sbc: None,
+        cmd: MmcCommand::new(opcode, arg, ResponseType::R1),
+        data: Some(MmcData::read(blksz, 1, &mut sg)),
+        stop: None,
+    };
+    let done = host.request(mrq);
+    completion_result(&done)?;
+    Ok(done.cmd.resp[0])
+}
+
+/// CMD8.
+pub fn mmc_get_ext_csd<H: MmcHostOps>(host: &mut H) -> Result<[u8; ext::EXT_CSD_LEN], MmcError> {
+    let mut buf = [0u8; ext::EXT_CSD_LEN];
+    adtc_read(host, 8, 0, &mut buf)?;
+    Ok(buf)
+}
+
+/// A request's outcome as the MMC core sees it: controller errors first (in request
+/// order), then the R1 error bits of CMD23 and of the command.
+pub fn completion_result(done: &SdhciCompletion) -> Result<(), MmcError> {
+    let failed = |c: &super::sdhci::CommandOutcome| {
+        c.error.map(|error| match error {
+            SdhciError::CmdTimeout => MmcError::Timeout(c.opcode),
+            error => MmcError::Host {
+                cmd: c.opcode,
+                error,
+            },
+        })
+    };
+    if let Some(e) = done.sbc.as_ref().and_then(failed) {
+        return Err(e);
+    }
+    if let Some(e) = failed(&done.cmd) {
+        return Err(e);
+    }
+    if let Some(error) = done.data_error {
+        return Err(MmcError::Host {
+            cmd: done.cmd.opcode,
+            error,
+        });
+    }
+    if let Some(sbc) = &done.sbc {
+        check_r1(sbc.opcode, sbc.resp[0])?;
+    }
+    if !done.cmd.issued {
+        return Err(MmcError::Response {
+            cmd: done.cmd.opcode,
+            resp: None,
+        });
+    }
+    check_r1(done.cmd.opcode, done.cmd.resp[0])?;
+    Ok(())
+}
+
+fn mmc_set_ios_with<H: MmcHostOps>(host: &mut H, f: impl FnOnce(&mut MmcIos)) {
+    let mut ios = host.ios();
+    f(&mut ios);
+    host.set_ios(ios);
+}
+
+/// `mmc_set_clock`.
+pub fn mmc_set_clock<H: MmcHostOps>(host: &mut H, hz: u64) {
+    mmc_set_ios_with(host, |ios| ios.clock = hz);
+}
+
+/// `mmc_set_bus_width`.
+pub fn mmc_set_bus_width<H: MmcHostOps>(host: &mut H, width: u8) {
+    mmc_set_ios_with(host, |ios| ios.bus_width = width);
+}
+
+/// `mmc_set_timing`.
+pub fn mmc_set_timing<H: MmcHostOps>(host: &mut H, timing: BusTiming) {
+    mmc_set_ios_with(host, |ios| ios.timing = timing);
+}
+
+/// `mmc_power_up`: power on at the identification clock, one line, legacy timing.
+pub fn mmc_power_up<H: MmcHostOps>(host: &mut H) {
+    host.set_ios(MmcIos {
+        clock: IDENTIFICATION_HZ,
+        bus_width: 1,
+        timing: BusTiming::Legacy,
+        power_mode: PowerMode::Up,
+    });
+    host.set_ios(MmcIos {
+        power_mode: PowerMode::On,
+        ..MmcIos::IDENTIFICATION
+    });
+}
+
+/// CMD1 until the card reports power-up done (Linux polls for one second).
+pub fn mmc_send_op_cond<H: MmcHostOps>(host: &mut H) -> Result<u32, MmcError> {
+    for _ in 0..1000 {
+        match mmc_send_command(host, 1, HOST_OCR) {
+            Some(Response::R3(ocr)) if ocr & (1 << 31) != 0 => return Ok(ocr),
+            Some(Response::R3(_)) => {
+                let t = host.now() + 1_000_000;
+                host.idle_until(t);
+            }
+            None => return Err(MmcError::Timeout(1)),
+            other => {
+                return Err(MmcError::Response {
+                    cmd: 1,
+                    resp: other,
+                })
+            }
+        }
+    }
+    Err(MmcError::PowerUp)
+}
+
+/// `mmc_select_bus_width`: CMD6 BUS_WIDTH, the host follows, then the EXT_CSD read at
+/// the new width must match the 1-bit one (SDHCI hosts have no bus-test capability, so
+/// Linux compares). Tries 8 then 4 lines, as far as the host allows.
+fn mmc_select_bus_width<H: MmcHostOps>(
+    host: &mut H,
+    times: &SwitchTimes,
+    caps: &HostCaps,
+    ext_1bit: &[u8; ext::EXT_CSD_LEN],
+) -> Result<u8, MmcError> {
+    let widths: &[(u8, u8)] = match caps.bus_width {
+        8 => &[(8, 2), (4, 1)],
+        4 => &[(4, 1)],
+        _ => return Ok(1),
+    };
+    let mut last = MmcError::BusWidth { width: 1 };
+    for &(width, bits) in widths {
+        if let Err(e) = __mmc_switch(host, times, ext::BUS_WIDTH, bits, None, true) {
+            last = e;
+            continue;
+        }
+        mmc_set_bus_width(host, width);
+        match mmc_get_ext_csd(host) {
+            Ok(e) if BUS_WIDTH_CHECK_BYTES.iter().all(|&i| e[i] == ext_1bit[i]) => {
+                return Ok(width)
+            }
+            Ok(_) => last = MmcError::BusWidth { width },
+            Err(e) => last = e,
+        }
+        log::warn!("switch to bus width {width} failed: {last}");
+    }
+    Err(last)
+}
+
+/// `mmc_init_card()`: identification at 400 kHz on one line, selection, the switches the
+/// host's capabilities allow with the host's bus following each, tuning for HS200, then
+/// cache, HPI, BKOPS and the packed-failure event as the card supports them.
+pub fn mmc_init_card<H: MmcHostOps>(host: &mut H, caps: &HostCaps) -> Result<MmcCard, MmcError> {
+    let mut ios = MmcIos::IDENTIFICATION;
+    if host.ios().power_mode == PowerMode::Off {
+        mmc_power_up(host);
+    } else {
+        ios.power_mode = host.ios().power_mode;
+        host.set_ios(ios);
+    }
+    mmc_send_command(host, 0, 0);
+    let ocr = mmc_send_op_cond(host)?;
+    match mmc_send_command(host, 2, 0) {
+        Some(Response::R2(_)) => {}
+        other => {
+            return Err(MmcError::Response {
+                cmd: 2,
+                resp: other,
+            })
+        }
+    }
+    let rca_arg = u32::from(MMC_RCA) << 16;
+    mmc_send_r1(host, 3, rca_arg)?;
+    let csd = match mmc_send_command(host, 9, rca_arg) {
+        Some(Response::R2(b)) => b,
+        other => {
+            return Err(MmcError::Response {
+                cmd: 9,
+                resp: other,
+            })
+        }
+    };
+    mmc_send_r1(host, 7, rca_arg)?;
+    let e = mmc_get_ext_csd(host)?;
+    let times = SwitchTimes::from_ext_csd(&e);
+    let switch = |host: &mut H, index, value| __mmc_switch(host, &times, index, value, None, true);
+    switch(host, ext::ERASE_GROUP_DEF, 1)?;
+    if e[ext::PARTITION_CONFIG] & 0x07 != 0 {
+        switch(
+            host,
+            ext::PARTITION_CONFIG,
+            e[ext::PARTITION_CONFIG] & !0x07,
+        )?;
+    }
+    switch(host, ext::POWER_OFF_NOTIFICATION, ext::POWERED_ON)?;
+
+    let device_type = e[ext::DEVICE_TYPE];
+    let hs200 = caps.hs200
+        && matches!(caps.bus_width, 4 | 8)
+        && device_type & ext::DEVICE_TYPE_HS200_1V8 != 0;
+    if hs200 {
+        // mmc_select_hs200: width first, then HS_TIMING, host timing, status (CRC
+        // errors tolerated), then the clock, then tuning.
+        mmc_select_bus_width(host, &times, caps, &e)?;
+        __mmc_switch(host, &times, ext::HS_TIMING, 2, None, false)?;
+        mmc_set_timing(host, BusTiming::Hs200);
+        mmc_switch_status(host, false)?;
+        mmc_set_clock(host, caps.max_clock_hz.min(200_000_000));
+        host.execute_tuning()?;
+    } else {
+        let hs =
+            caps.high_speed && device_type & (ext::DEVICE_TYPE_HS_52 | ext::DEVICE_TYPE_HS_26) != 0;
+        let max_dtr = if hs {
+            __mmc_switch(host, &times, ext::HS_TIMING, 1, Some(BusTiming::Hs), true)?;
+            if device_type & ext::DEVICE_TYPE_HS_52 != 0 {
+                52_000_000
+            } else {
+                26_000_000
+            }
+        } else {
+            // The CSD as SDHCI returns it lacks its CRC byte, which TRAN_SPEED does not need.
+            crate::card::registers::decode_csd(&csd)
+                .tran_speed_khz()
+                .map_or(26_000_000, |k| u64::from(k) * 1000)
+        };
+        // mmc_set_bus_speed
+        mmc_set_clock(host, caps.max_clock_hz.min(max_dtr));
+        let width = mmc_select_bus_width(host, &times, caps, &e)?;
+        let ddr_capable =
+            device_type & (ext::DEVICE_TYPE_DDR_52_1V8 | ext::DEVICE_TYPE_DDR_52_1V2) != 0;
+        if width > 1 && caps.ddr && hs && ddr_capable {
+            // mmc_select_hs_ddr: BUS_WIDTH 5 (4-bit DDR) or 6 (8-bit DDR).
+            let bits = if width == 8 { 6 } else { 5 };
+            __mmc_switch(
+                host,
+                &times,
+                ext::BUS_WIDTH,
+                bits,
+                Some(BusTiming::Ddr52),
+                true,
+            )?;
+        }
+    }
+    if caps.hpi && e[ext::HPI_FEATURES] & ext::HPI_SUPPORT != 0 {
+        switch(host, ext::HPI_MGMT, ext::HPI_EN)?;
+    }
+    if caps.bkops && e[ext::BKOPS_SUPPORT] & 1 != 0 && e[ext::BKOPS_EN] & ext::BKOPS_MANUAL_EN == 0
+    {
+        switch(host, ext::BKOPS_EN, ext::BKOPS_MANUAL_EN)?;
+    }
+    if caps.cache && ext::read_le(&e, ext::CACHE_SIZE, 4) > 0 {
+        switch(host, ext::CACHE_CTRL, ext::CACHE_EN)?;
+    }
+    if caps.packed_event && e[ext::MAX_PACKED_WRITES] >= 3 {
+        switch(
+            host,
+            ext::EXCEPTION_EVENTS_CTRL,
+            ext::EE_PACKED_FAILURE as u8,
+        )?;
+    }
+    let status = mmc_send_status(host)?;
+    if r1_state(status) != CardState::Tran.number() {
+        return Err(MmcError::Status { cmd: 13, status });
+    }
+    Ok(MmcCard {
+        ext_csd: mmc_get_ext_csd(host)?,
+        csd,
+        blockaddr: ocr & (1 << 30) != 0,
+        switch_times: times,
+    })
+}
+
 /// A card, the card time of the host driving it, and the SDHCI controller in between.
 pub struct MmcHost {
     pub card: Card,
@@ -193,6 +670,49 @@ pub struct MmcHost {
     /// The controller every command goes through.
     pub sdhci: SdhciHost,
     switch_times: SwitchTimes,
+}
+
+impl MmcHostOps for MmcHost {
+    fn now(&self) -> Nanos {
+        self.now
+    }
+
+    fn idle_until(&mut self, t: Nanos) {
+        if t > self.now {
+            self.now = t;
+        }
+        self.card.advance(self.now);
+    }
+
+    fn request<S: DmaSegment>(&mut self, mrq: MmcRequest<'_, S>) -> SdhciCompletion {
+        self.mmc_wait_for_req(mrq)
+    }
+
+    fn start_request<S: DmaSegment>(&mut self, mrq: MmcRequest<'_, S>) -> SdhciCompletion {
+        self.now = self.now.saturating_add(self.command_ns);
+        self.sdhci.start_request(&mut self.card, &mut self.now, mrq)
+    }
+
+    fn wait_busy_until(&mut self, deadline: Option<Nanos>) -> bool {
+        self.sdhci
+            .wait_busy_until(&mut self.card, &mut self.now, deadline)
+    }
+
+    fn set_ios(&mut self, ios: MmcIos) {
+        self.sdhci.set_ios(&mut self.card, self.now, ios);
+    }
+
+    fn ios(&self) -> MmcIos {
+        self.sdhci.ios()
+    }
+
+    fn execute_tuning(&mut self) -> Result<u32, TuningError> {
+        self.sdhci.execute_tuning(&mut self.card, &mut self.now)
+    }
+
+    fn max_busy_timeout_ms(&self) -> u32 {
+        self.sdhci.max_busy_timeout_ms()
+    }
 }
 
 impl MmcHost {
@@ -227,217 +747,63 @@ impl MmcHost {
 
     /// `mmc_wait_for_cmd`: one command without data; its response words, or the error.
     pub fn mmc_wait_for_cmd(&mut self, cmd: MmcCommand) -> Result<[u32; 4], MmcError> {
-        let done = self.mmc_wait_for_req(MmcRequest::command(cmd));
-        match done.error() {
-            None => Ok(done.cmd.resp),
-            Some(SdhciError::CmdTimeout) => Err(MmcError::Timeout(cmd.opcode)),
-            Some(error) => Err(MmcError::Host {
-                cmd: cmd.opcode,
-                error,
-            }),
-        }
+        mmc_wait_for_cmd(self, cmd)
     }
 
-    /// Send one command with the response the command table gives it; `None` when the
-    /// controller reports an error (a time-out, or a response it could not take) or the
-    /// command has no response. An R2 comes back without its CRC byte (SDHCI drops it).
+    /// See [`mmc_send_command`].
     pub fn mmc_send_command(&mut self, index: u8, arg: u32) -> Option<Response> {
-        let cmd = MmcCommand::for_opcode(index, arg);
-        let resp = self.mmc_wait_for_cmd(cmd).ok()?;
-        Some(match cmd.resp_type {
-            ResponseType::None => return None,
-            ResponseType::R1 => Response::R1(resp[0]),
-            ResponseType::R1b => Response::R1b(resp[0]),
-            ResponseType::R2 => {
-                let mut b = [0u8; 16];
-                for (i, w) in resp.iter().enumerate() {
-                    b[4 * i..4 * i + 4].copy_from_slice(&w.to_be_bytes());
-                }
-                Response::R2(b)
-            }
-            ResponseType::R3 => Response::R3(resp[0]),
-            ResponseType::R4 => Response::R4(resp[0]),
-            ResponseType::R5 => Response::R5(resp[0]),
-        })
-    }
-
-    /// Check an R1 for error bits.
-    fn check_r1(cmd: u8, status: u32) -> Result<u32, MmcError> {
-        if status & r1::ERRORS != 0 {
-            Err(MmcError::Status { cmd, status })
-        } else {
-            Ok(status)
-        }
+        mmc_send_command(self, index, arg)
     }
 
     /// Send a command that answers R1/R1b and check its error bits.
     pub fn mmc_send_r1(&mut self, index: u8, arg: u32) -> Result<u32, MmcError> {
-        let cmd = MmcCommand::for_opcode(index, arg);
-        if !matches!(cmd.resp_type, ResponseType::R1 | ResponseType::R1b) {
-            let resp = self.mmc_send_command(index, arg);
-            return Err(MmcError::Response { cmd: index, resp });
-        }
-        let resp = self.mmc_wait_for_cmd(cmd)?;
-        Self::check_r1(index, resp[0])
+        mmc_send_r1(self, index, arg)
     }
 
     /// Wait until DAT0 busy is released, polling the line as Linux's `mmc_poll_for_busy`
     /// does through the controller's `card_busy`.
     pub fn mmc_wait_busy(&mut self) {
-        if let Some(end) = self.card.busy_until() {
-            self.now = self.now.max(end);
-        }
-        self.card.advance(self.now);
+        MmcHostOps::wait_busy_until(self, None);
     }
 
     /// CMD13.
     pub fn mmc_send_status(&mut self) -> Result<u32, MmcError> {
-        self.mmc_send_r1(13, u32::from(MMC_RCA) << 16)
+        mmc_send_status(self)
     }
 
     /// CMD6 write-byte, wait for busy, then CMD13 and check SWITCH_ERROR, as
     /// `mmc_switch()` does.
     pub fn mmc_switch(&mut self, index: usize, value: u8) -> Result<(), MmcError> {
-        self.__mmc_switch(index, value, None, true)
-    }
-
-    /// `__mmc_switch`: CMD6 with the byte's busy time-out, as R1b when the controller can
-    /// wait that long and as R1 with DAT0 polling otherwise; then the host timing change,
-    /// then (with `send_status`) CMD13 and its SWITCH_ERROR check.
-    fn __mmc_switch(
-        &mut self,
-        index: usize,
-        value: u8,
-        timing: Option<BusTiming>,
-        send_status: bool,
-    ) -> Result<(), MmcError> {
-        let arg = 0x0300_0000 | (index as u32) << 16 | u32::from(value) << 8;
-        let timeout_ms = self.switch_times.for_switch(index, value);
-        let max_busy = self.sdhci.max_busy_timeout_ms();
-        let use_r1b = max_busy == 0 || timeout_ms <= max_busy;
-        let resp_type = if use_r1b {
-            ResponseType::R1b
-        } else {
-            ResponseType::R1
-        };
-        let cmd = MmcCommand::new(6, arg, resp_type).with_busy_timeout(timeout_ms);
-        let resp = self.mmc_wait_for_cmd(cmd)?;
-        Self::check_r1(6, resp[0])?;
-        if !use_r1b {
-            self.mmc_wait_busy();
-        }
-        if let Some(timing) = timing {
-            self.mmc_set_timing(timing);
-        }
-        if send_status {
-            self.mmc_switch_status(true)?;
-        }
-        Ok(())
-    }
-
-    /// `mmc_switch_status`: CMD13 after a switch; a CRC error is fatal only when asked.
-    fn mmc_switch_status(&mut self, crc_err_fatal: bool) -> Result<(), MmcError> {
-        let status = match self.mmc_send_status() {
-            Err(MmcError::Host {
-                error: SdhciError::CmdCrc,
-                ..
-            }) if !crc_err_fatal => return Ok(()),
-            other => other?,
-        };
-        if status & r1::SWITCH_ERROR != 0 {
-            return Err(MmcError::Status { cmd: 6, status });
-        }
-        Ok(())
-    }
-
-    /// Read one block-sized register-like transfer (CMD8) into `buf`.
-    fn adtc_read(&mut self, opcode: u8, arg: u32, buf: &mut [u8]) -> Result<u32, MmcError> {
-        let blksz = buf.len() as u32;
-        let mut sg = [buf];
-        let mrq = MmcRequest {
-            sbc: None,
-            cmd: MmcCommand::new(opcode, arg, ResponseType::R1),
-            data: Some(MmcData::read(blksz, 1, &mut sg)),
-            stop: None,
-        };
-        let done = self.mmc_wait_for_req(mrq);
-        self.completion_result(&done)?;
-        Ok(done.cmd.resp[0])
+        let times = self.switch_times;
+        __mmc_switch(self, &times, index, value, None, true)
     }
 
     /// CMD8.
     pub fn mmc_get_ext_csd(&mut self) -> Result<[u8; ext::EXT_CSD_LEN], MmcError> {
-        let mut buf = [0u8; ext::EXT_CSD_LEN];
-        self.adtc_read(8, 0, &mut buf)?;
-        Ok(buf)
+        mmc_get_ext_csd(self)
     }
 
-    /// A request's outcome as the MMC core sees it: controller errors first (in request
-    /// order), then the R1 error bits of CMD23 and of the command.
     fn completion_result(&self, done: &SdhciCompletion) -> Result<(), MmcError> {
-        let failed = |c: &super::sdhci::CommandOutcome| {
-            c.error.map(|error| match error {
-                SdhciError::CmdTimeout => MmcError::Timeout(c.opcode),
-                error => MmcError::Host {
-                    cmd: c.opcode,
-                    error,
-                },
-            })
-        };
-        if let Some(e) = done.sbc.as_ref().and_then(failed) {
-            return Err(e);
-        }
-        if let Some(e) = failed(&done.cmd) {
-            return Err(e);
-        }
-        if let Some(error) = done.data_error {
-            return Err(MmcError::Host {
-                cmd: done.cmd.opcode,
-                error,
-            });
-        }
-        if let Some(sbc) = &done.sbc {
-            Self::check_r1(sbc.opcode, sbc.resp[0])?;
-        }
-        if !done.cmd.issued {
-            return Err(MmcError::Response {
-                cmd: done.cmd.opcode,
-                resp: None,
-            });
-        }
-        Self::check_r1(done.cmd.opcode, done.cmd.resp[0])?;
-        Ok(())
+        completion_result(done)
     }
 
     // ---- bus settings -------------------------------------------------------------------
 
     /// `mmc_set_ios`: hand the controller new bus settings.
     pub fn mmc_set_ios(&mut self, ios: MmcIos) {
-        self.sdhci.set_ios(&mut self.card, self.now, ios);
+        MmcHostOps::set_ios(self, ios);
     }
 
     pub fn mmc_set_clock(&mut self, hz: u64) {
-        let ios = MmcIos {
-            clock: hz,
-            ..self.sdhci.ios()
-        };
-        self.mmc_set_ios(ios);
+        mmc_set_clock(self, hz);
     }
 
     pub fn mmc_set_bus_width(&mut self, width: u8) {
-        let ios = MmcIos {
-            bus_width: width,
-            ..self.sdhci.ios()
-        };
-        self.mmc_set_ios(ios);
+        mmc_set_bus_width(self, width);
     }
 
     pub fn mmc_set_timing(&mut self, timing: BusTiming) {
-        let ios = MmcIos {
-            timing,
-            ..self.sdhci.ios()
-        };
-        self.mmc_set_ios(ios);
+        mmc_set_timing(self, timing);
     }
 
     /// `mmc_power_off`: bus power off (the card loses power suddenly).
@@ -452,181 +818,26 @@ impl MmcHost {
 
     /// `mmc_power_up`: power on at the identification clock, one line, legacy timing.
     pub fn mmc_power_up(&mut self) {
-        self.mmc_set_ios(MmcIos {
-            clock: IDENTIFICATION_HZ,
-            bus_width: 1,
-            timing: BusTiming::Legacy,
-            power_mode: PowerMode::Up,
-        });
-        self.mmc_set_ios(MmcIos {
-            power_mode: PowerMode::On,
-            ..MmcIos::IDENTIFICATION
-        });
+        mmc_power_up(self);
     }
 
     /// `mmc_execute_tuning`.
     pub fn mmc_execute_tuning(&mut self) -> Result<u32, MmcError> {
-        Ok(self.sdhci.execute_tuning(&mut self.card, &mut self.now)?)
+        Ok(MmcHostOps::execute_tuning(self)?)
     }
 
     // ---- bring-up -----------------------------------------------------------------------
 
     /// CMD1 until the card reports power-up done (Linux polls for one second).
     pub fn mmc_send_op_cond(&mut self) -> Result<u32, MmcError> {
-        for _ in 0..1000 {
-            match self.mmc_send_command(1, HOST_OCR) {
-                Some(Response::R3(ocr)) if ocr & (1 << 31) != 0 => return Ok(ocr),
-                Some(Response::R3(_)) => {
-                    self.now += 1_000_000;
-                    self.card.advance(self.now);
-                }
-                None => return Err(MmcError::Timeout(1)),
-                other => {
-                    return Err(MmcError::Response {
-                        cmd: 1,
-                        resp: other,
-                    })
-                }
-            }
-        }
-        Err(MmcError::PowerUp)
+        mmc_send_op_cond(self)
     }
 
-    /// `mmc_select_bus_width`: CMD6 BUS_WIDTH, the host follows, then the EXT_CSD read at
-    /// the new width must match the 1-bit one (SDHCI hosts have no bus-test capability, so
-    /// Linux compares). Tries 8 then 4 lines, as far as the host allows.
-    fn mmc_select_bus_width(
-        &mut self,
-        caps: &HostCaps,
-        ext_1bit: &[u8; ext::EXT_CSD_LEN],
-    ) -> Result<u8, MmcError> {
-        let widths: &[(u8, u8)] = match caps.bus_width {
-            8 => &[(8, 2), (4, 1)],
-            4 => &[(4, 1)],
-            _ => return Ok(1),
-        };
-        let mut last = MmcError::BusWidth { width: 1 };
-        for &(width, bits) in widths {
-            if let Err(e) = self.mmc_switch(ext::BUS_WIDTH, bits) {
-                last = e;
-                continue;
-            }
-            self.mmc_set_bus_width(width);
-            match self.mmc_get_ext_csd() {
-                Ok(e) if BUS_WIDTH_CHECK_BYTES.iter().all(|&i| e[i] == ext_1bit[i]) => {
-                    return Ok(width)
-                }
-                Ok(_) => last = MmcError::BusWidth { width },
-                Err(e) => last = e,
-            }
-            log::warn!("switch to bus width {width} failed: {last}");
-        }
-        Err(last)
-    }
-
-    /// `mmc_init_card()`: identification at 400 kHz on one line, selection, the switches
-    /// the host's capabilities allow with the host's bus following each, tuning for HS200.
-    /// Returns the EXT_CSD as read after bring-up.
+    /// See [`mmc_init_card`]. Returns the EXT_CSD as read after bring-up.
     pub fn mmc_init_card(&mut self, caps: &HostCaps) -> Result<[u8; ext::EXT_CSD_LEN], MmcError> {
-        let mut ios = MmcIos::IDENTIFICATION;
-        if self.sdhci.ios().power_mode == PowerMode::Off {
-            self.mmc_power_up();
-        } else {
-            ios.power_mode = self.sdhci.ios().power_mode;
-            self.mmc_set_ios(ios);
-        }
-        self.mmc_send_command(0, 0);
-        self.mmc_send_op_cond()?;
-        match self.mmc_send_command(2, 0) {
-            Some(Response::R2(_)) => {}
-            other => {
-                return Err(MmcError::Response {
-                    cmd: 2,
-                    resp: other,
-                })
-            }
-        }
-        let rca_arg = u32::from(MMC_RCA) << 16;
-        self.mmc_send_r1(3, rca_arg)?;
-        match self.mmc_send_command(9, rca_arg) {
-            Some(Response::R2(_)) => {}
-            other => {
-                return Err(MmcError::Response {
-                    cmd: 9,
-                    resp: other,
-                })
-            }
-        }
-        self.mmc_send_r1(7, rca_arg)?;
-        let e = self.mmc_get_ext_csd()?;
-        self.switch_times = SwitchTimes::from_ext_csd(&e);
-        self.mmc_switch(ext::ERASE_GROUP_DEF, 1)?;
-        if e[ext::PARTITION_CONFIG] & 0x07 != 0 {
-            self.mmc_switch(ext::PARTITION_CONFIG, e[ext::PARTITION_CONFIG] & !0x07)?;
-        }
-        self.mmc_switch(ext::POWER_OFF_NOTIFICATION, ext::POWERED_ON)?;
-
-        let device_type = e[ext::DEVICE_TYPE];
-        let hs200 = caps.hs200
-            && matches!(caps.bus_width, 4 | 8)
-            && device_type & ext::DEVICE_TYPE_HS200_1V8 != 0;
-        if hs200 {
-            // mmc_select_hs200: width first, then HS_TIMING, host timing, status (CRC
-            // errors tolerated), then the clock, then tuning.
-            self.mmc_select_bus_width(caps, &e)?;
-            self.__mmc_switch(ext::HS_TIMING, 2, None, false)?;
-            self.mmc_set_timing(BusTiming::Hs200);
-            self.mmc_switch_status(false)?;
-            self.mmc_set_clock(caps.max_clock_hz.min(200_000_000));
-            self.mmc_execute_tuning()?;
-        } else {
-            let hs = caps.high_speed
-                && device_type & (ext::DEVICE_TYPE_HS_52 | ext::DEVICE_TYPE_HS_26) != 0;
-            let max_dtr = if hs {
-                self.__mmc_switch(ext::HS_TIMING, 1, Some(BusTiming::Hs), true)?;
-                if device_type & ext::DEVICE_TYPE_HS_52 != 0 {
-                    52_000_000
-                } else {
-                    26_000_000
-                }
-            } else {
-                let csd = crate::card::registers::decode_csd(&self.card.csd());
-                csd.tran_speed_khz()
-                    .map_or(26_000_000, |k| u64::from(k) * 1000)
-            };
-            // mmc_set_bus_speed
-            self.mmc_set_clock(caps.max_clock_hz.min(max_dtr));
-            let width = self.mmc_select_bus_width(caps, &e)?;
-            let ddr_capable =
-                device_type & (ext::DEVICE_TYPE_DDR_52_1V8 | ext::DEVICE_TYPE_DDR_52_1V2) != 0;
-            if width > 1 && caps.ddr && hs && ddr_capable {
-                // mmc_select_hs_ddr: BUS_WIDTH 5 (4-bit DDR) or 6 (8-bit DDR).
-                let bits = if width == 8 { 6 } else { 5 };
-                self.__mmc_switch(ext::BUS_WIDTH, bits, Some(BusTiming::Ddr52), true)?;
-            }
-        }
-        if caps.hpi && e[ext::HPI_FEATURES] & ext::HPI_SUPPORT != 0 {
-            self.mmc_switch(ext::HPI_MGMT, ext::HPI_EN)?;
-        }
-        if caps.bkops
-            && e[ext::BKOPS_SUPPORT] & 1 != 0
-            && e[ext::BKOPS_EN] & ext::BKOPS_MANUAL_EN == 0
-        {
-            self.mmc_switch(ext::BKOPS_EN, ext::BKOPS_MANUAL_EN)?;
-        }
-        if caps.cache && ext::read_le(&e, ext::CACHE_SIZE, 4) > 0 {
-            self.mmc_switch(ext::CACHE_CTRL, ext::CACHE_EN)?;
-        }
-        if caps.packed_event && e[ext::MAX_PACKED_WRITES] >= 3 {
-            self.mmc_switch(ext::EXCEPTION_EVENTS_CTRL, ext::EE_PACKED_FAILURE as u8)?;
-        }
-        if self.card.state() != CardState::Tran {
-            return Err(MmcError::Response {
-                cmd: 13,
-                resp: None,
-            });
-        }
-        self.mmc_get_ext_csd()
+        let card = mmc_init_card(self, caps)?;
+        self.switch_times = card.switch_times;
+        Ok(card.ext_csd)
     }
 
     /// Select a physical partition (PARTITION_CONFIG access bits).

@@ -47,6 +47,38 @@ pub struct BlkRequest {
     pub fua: bool,
     /// Physical segments (scatter-gather entries) the request's data spans.
     pub segments: u32,
+    /// REQ_SYNC: a process waits for it (reads always; writes with O_SYNC, FUA, fsync).
+    /// Buffered writeback is async. CFQ keeps sync and async requests apart.
+    pub sync: bool,
+    /// The submitting process's I/O context (CFQ gives each one its own sync queue).
+    pub ioc: u32,
+}
+
+impl BlkRequest {
+    /// A request of process 0 whose data lies in 4 KiB pages (one segment each); reads
+    /// and FUA writes are sync, other writes async (writeback).
+    pub fn new(id: u64, op: BlkOp, lba: u64, sectors: u32) -> BlkRequest {
+        BlkRequest {
+            id,
+            op,
+            lba,
+            sectors,
+            fua: false,
+            segments: sectors.div_ceil(8).max(1),
+            sync: op == BlkOp::Read || op == BlkOp::Flush,
+            ioc: 0,
+        }
+    }
+
+    /// One past the last sector.
+    pub fn end(&self) -> u64 {
+        self.lba + u64::from(self.sectors)
+    }
+
+    /// Sync in CFQ's sense (`rq_is_sync`): every read, and writes marked sync.
+    pub fn is_sync(&self) -> bool {
+        self.sync || self.op == BlkOp::Read
+    }
 }
 
 /// Packing policy, selectable: never pack, pack whenever possible, or pack under write
@@ -265,12 +297,8 @@ mod tests {
 
     fn req(id: u64, op: BlkOp, sectors: u32) -> BlkRequest {
         BlkRequest {
-            id,
-            op,
-            lba: id * 1000,
-            sectors,
-            fua: false,
             segments: 1,
+            ..BlkRequest::new(id, op, id * 1000, sectors)
         }
     }
 

@@ -288,6 +288,11 @@ pub struct SdhciCompletion {
     /// Card time at which the request was issued and at which it completed.
     pub start_ns: Nanos,
     pub end_ns: Nanos,
+    /// Started with [`SdhciHost::start_request`]: the card still holds DAT0 busy after the
+    /// request's last step (write programming or an R1b command); `end_ns` is when the
+    /// busy began. The owner waits with [`SdhciHost::wait_busy_until`] or stops waiting to
+    /// send an HPI.
+    pub busy_pending: bool,
 }
 
 impl SdhciCompletion {
@@ -566,6 +571,51 @@ impl SdhciHost {
         run.finish()
     }
 
+    /// Like [`SdhciHost::request`], but return as soon as the request's final busy period
+    /// begins (the programming after a closed-ended write, the R1b busy of a command or of
+    /// the stop) instead of waiting for it: a driver that waits for busy itself, and may
+    /// interrupt it with HPI (Linux's `card_busy` polling path). No busy time-out applies;
+    /// the driver's own time-out does. Busy before the final step (an open-ended write
+    /// before its CMD12) is waited for as usual.
+    pub fn start_request<S: DmaSegment>(
+        &mut self,
+        card: &mut Card,
+        now: &mut Nanos,
+        mrq: MmcRequest<'_, S>,
+    ) -> SdhciCompletion {
+        let mut run = Run::new(self, card, *now, mrq.cmd.opcode);
+        run.defer_final_busy = true;
+        run.request(mrq);
+        *now = run.now;
+        run.finish()
+    }
+
+    /// Wait while the card holds DAT0 busy (the controller's DAT0 level, Linux `card_busy`),
+    /// but not past `deadline`. Returns whether the busy ended; `now` is then its end,
+    /// otherwise the deadline (or `now`, if that is later).
+    pub fn wait_busy_until(
+        &mut self,
+        card: &mut Card,
+        now: &mut Nanos,
+        deadline: Option<Nanos>,
+    ) -> bool {
+        let released = match card.busy_until() {
+            Some(end) if end > *now => match deadline {
+                Some(d) if d < end => {
+                    *now = (*now).max(d);
+                    false
+                }
+                _ => {
+                    *now = end;
+                    true
+                }
+            },
+            _ => true,
+        };
+        card.advance(*now);
+        released
+    }
+
     /// Linux's `sdhci_execute_tuning`: in HS200, send CMD21 (128-byte blocks on 8 lines, 64
     /// on 4) until the controller has found its sampling point, at most
     /// [`MAX_TUNING_LOOP`] times. Returns how many tuning commands it took (0: the timing
@@ -682,6 +732,10 @@ struct Run<'h> {
     card: &'h mut Card,
     now: Nanos,
     out: SdhciCompletion,
+    /// Leave the request's final busy to the caller ([`SdhciHost::start_request`]).
+    defer_final_busy: bool,
+    /// The busy being waited for now is the final one.
+    defer_now: bool,
 }
 
 impl<'h> Run<'h> {
@@ -701,7 +755,10 @@ impl<'h> Run<'h> {
                 adma_err: 0,
                 start_ns: now,
                 end_ns: now,
+                busy_pending: false,
             },
+            defer_final_busy: false,
+            defer_now: false,
         }
     }
 
@@ -788,6 +845,7 @@ impl<'h> Run<'h> {
 
         let Some(mut d) = data else {
             if cmd.busy {
+                self.defer_now = self.defer_final_busy;
                 let target = target_timeout_us(None, cmd.busy_timeout_ms, self.host.ios.clock);
                 let limit = self.host.effective_timeout_ns(target);
                 if self.wait_busy(limit) {
@@ -801,9 +859,12 @@ impl<'h> Run<'h> {
             target_timeout_us(Some((d.timeout_ns, d.timeout_clks)), 0, self.host.ios.clock);
         let per_block = self.host.effective_timeout_ns(target);
         let budget = per_block.saturating_mul(u64::from(d.blocks));
+        // A closed-ended transfer ends with its data: its programming busy is the last.
+        self.defer_now = self.defer_final_busy && sbc.is_some();
         match self.data_phase(&mut d, per_block, budget) {
             Ok(()) => {
                 if auto_cmd12 {
+                    self.defer_now = self.defer_final_busy;
                     let stop_cmd = MmcCommand::new(12, 0, ResponseType::R1b);
                     let o = self.send_command(&stop_cmd, Role::AutoCmd12);
                     self.out.stop = Some(o);
@@ -849,6 +910,7 @@ impl<'h> Run<'h> {
         let Some(stop) = stop else { return };
         let o = self.send_command(&stop, Role::Normal);
         self.out.stop = Some(o);
+        self.defer_now = self.defer_final_busy;
         if o.error.is_none() && stop.busy {
             let target = target_timeout_us(None, stop.busy_timeout_ms, self.host.ios.clock);
             let limit = self.host.effective_timeout_ns(target);
@@ -1032,6 +1094,11 @@ impl<'h> Run<'h> {
     /// busy began when the budget is exceeded.
     fn wait_busy_within(&mut self, per_block: Nanos, budget: Nanos) -> bool {
         let mut ok = true;
+        if self.defer_now {
+            self.out.busy_pending = self.card.busy_until().is_some_and(|end| end > self.now);
+            self.card.advance(self.now);
+            return true;
+        }
         if let Some(end) = self.card.busy_until() {
             if end > self.now {
                 let busy = end - self.now;
@@ -1320,6 +1387,17 @@ impl Sdhci {
 
     pub fn request<S: DmaSegment>(&mut self, mrq: MmcRequest<'_, S>) -> SdhciCompletion {
         self.host.request(&mut self.card, &mut self.now, mrq)
+    }
+
+    /// See [`SdhciHost::start_request`].
+    pub fn start_request<S: DmaSegment>(&mut self, mrq: MmcRequest<'_, S>) -> SdhciCompletion {
+        self.host.start_request(&mut self.card, &mut self.now, mrq)
+    }
+
+    /// See [`SdhciHost::wait_busy_until`].
+    pub fn wait_busy_until(&mut self, deadline: Option<Nanos>) -> bool {
+        self.host
+            .wait_busy_until(&mut self.card, &mut self.now, deadline)
     }
 
     /// One command without data.

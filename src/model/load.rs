@@ -21,6 +21,10 @@ pub static BUILTIN_MODELS: &[(&str, &str)] = &[
         include_str!("../../device-models/sandisk-sem32g.toml"),
     ),
     (
+        "sandisk-emmc45",
+        include_str!("../../device-models/sandisk-emmc45.toml"),
+    ),
+    (
         "msm-emmc45-sdr50",
         include_str!("../../device-models/msm-emmc45-sdr50.toml"),
     ),

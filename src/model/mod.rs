@@ -265,6 +265,16 @@ pub struct HostModel {
     pub timing: BusTiming,
     /// Host time per block request before its first command, in nanoseconds.
     pub request_overhead_ns: u64,
+    /// Host time to prepare a block request for the card (block layer, the MMC block
+    /// driver's request set-up, DMA mapping): overlapped with the previous request's
+    /// transfer by the block driver's two-deep pipeline.
+    pub prepare_ns: u64,
+    /// The block queue's largest request (`max_sectors_kb`).
+    pub max_sectors_kb: u32,
+    /// The host's largest MMC request (`max_req_size`, and `max_blk_count` blocks), KiB.
+    pub max_hw_sectors_kb: u32,
+    /// Scatter-gather segments per request (`max_segs`).
+    pub max_segments: u32,
 }
 
 impl Default for HostModel {
@@ -274,6 +284,10 @@ impl Default for HostModel {
             bus_width: 8,
             timing: BusTiming::Hs,
             request_overhead_ns: 0,
+            prepare_ns: 0,
+            max_sectors_kb: 512,
+            max_hw_sectors_kb: 512,
+            max_segments: 128,
         }
     }
 }

@@ -142,6 +142,27 @@ impl DeviceModel {
             h.clock_hz > 0 && h.clock_hz <= max_hz,
             "host.clock_hz",
             || format!("{} Hz: {:?} allows 1..={max_hz} Hz", h.clock_hz, h.timing),
+        )?;
+        // CMD23's block count is 16 bits: 32 MiB at most per request.
+        ensure(
+            (4..=32_767).contains(&h.max_sectors_kb),
+            "host.max_sectors_kb",
+            || format!("{} KiB: a request holds 4..=32767 KiB", h.max_sectors_kb),
+        )?;
+        ensure(
+            (4..=32_767).contains(&h.max_hw_sectors_kb) && h.max_hw_sectors_kb >= h.max_sectors_kb,
+            "host.max_hw_sectors_kb",
+            || {
+                format!(
+                    "{} KiB: 4..=32767 KiB and at least max_sectors_kb ({})",
+                    h.max_hw_sectors_kb, h.max_sectors_kb
+                )
+            },
+        )?;
+        ensure(
+            (1..=4096).contains(&h.max_segments),
+            "host.max_segments",
+            || format!("{}: 1..=4096 segments", h.max_segments),
         )
     }
 
@@ -1229,6 +1250,25 @@ mod tests {
             length_bytes: 1024,
         });
         rejects(&m, "timing.ftl.special_region");
+    }
+
+    #[test]
+    fn host_queue_limits_must_fit_a_cmd23_request() {
+        let base = DeviceModel::load("msm-emmc45-sdr50").unwrap();
+        type Break = fn(&mut crate::model::HostModel);
+        let cases: Vec<(&str, Break)> = vec![
+            ("host.max_sectors_kb", |h| h.max_sectors_kb = 0),
+            ("host.max_sectors_kb", |h| h.max_sectors_kb = 40_000),
+            ("host.max_hw_sectors_kb", |h| {
+                h.max_hw_sectors_kb = h.max_sectors_kb - 1
+            }),
+            ("host.max_segments", |h| h.max_segments = 0),
+        ];
+        for (field, break_it) in cases {
+            let mut m = base.clone();
+            break_it(&mut m.host);
+            rejects(&m, field);
+        }
     }
 
     #[test]

@@ -2,6 +2,9 @@
 
 use std::io::IsTerminal;
 
+use super::blkbench::{
+    run_experiment, sweep, sweep_text, DriverReport, DriverSetup, Experiment, SweepRow,
+};
 use super::device::{BlockDevice, CardDevice};
 use super::flashbench::{self, AlignOptions, OpenAuOptions, PageSplit, Region};
 use super::report::{CardCounters, Report};
@@ -28,9 +31,42 @@ pub enum WorkloadKind {
     /// flashbench -O -0 1 linear and random: write throughput against request size inside
     /// one erase block.
     SizeSweep,
+    /// Through the MMC block driver: a buffered sequential writer (`lmdd of=file`), `--size`
+    /// bytes in writeback requests of `--write-bs`, then fsync.
+    LmddWrite,
+    /// Through the MMC block driver: a sequential reader and a buffered writer at once for
+    /// `--duration` (seed 000's parallel lmdd read and write).
+    ParallelRw,
+    /// Through the MMC block driver: iozone -i 0 -e, write and rewrite of a `--size` file
+    /// in `--record` records (seed 004).
+    IozoneWrite,
+}
+
+/// `--packing`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PackingArg {
+    Off,
+    Always,
+    /// Write packing control (seed 000) with `--wr-threshold`.
+    Controlled,
+}
+
+/// `--scheduler`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SchedulerArg {
+    Noop,
+    Deadline,
+    Cfq,
 }
 
 impl WorkloadKind {
+    fn is_driver(self) -> bool {
+        matches!(
+            self,
+            WorkloadKind::LmddWrite | WorkloadKind::ParallelRw | WorkloadKind::IozoneWrite
+        )
+    }
+
     fn is_flashbench(self) -> bool {
         matches!(
             self,
@@ -97,9 +133,90 @@ pub struct SimulateArgs {
     /// Host-side split of writes at this page size (seed 003's `page_size` mitigation).
     #[arg(long, value_parser = parse_size)]
     pub split: Option<u64>,
+    /// Driver workloads: packing policy.
+    #[arg(long, value_enum, default_value_t = PackingArg::Off)]
+    pub packing: PackingArg,
+    /// Driver workloads: write packing control threshold (`num_wr_reqs_to_start_packing`).
+    #[arg(long, default_value_t = crate::host::packing::DEFAULT_NUM_WR_REQS_TO_START_PACKING)]
+    pub wr_threshold: u32,
+    /// Driver workloads: I/O scheduler.
+    #[arg(long, value_enum, default_value_t = SchedulerArg::Cfq)]
+    pub scheduler: SchedulerArg,
+    /// Driver workloads: run packing control at every threshold of a range,
+    /// `wr-threshold=A..B`, and print read and write throughput for each.
+    #[arg(long, value_parser = parse_sweep)]
+    pub sweep: Option<(u32, u32)>,
+    /// CFQ's `slice_idle` in microseconds (Linux's default 8000).
+    #[arg(long, default_value_t = 8000)]
+    pub slice_idle_us: u64,
+    /// Driver workloads: interrupt long writes with HPI when a read arrives.
+    #[arg(long)]
+    pub hpi: bool,
+    /// Driver workloads: no two-deep pipeline (prepare each request after the previous).
+    #[arg(long)]
+    pub no_pipeline: bool,
+    /// Driver workloads: open-ended transfers (CMD18/CMD25 + CMD12) instead of CMD23.
+    #[arg(long)]
+    pub open_ended: bool,
+    /// lmdd-write / iozone-write: bytes to write (default 64M / 10240k).
+    #[arg(long, value_parser = parse_size)]
+    pub size: Option<u64>,
+    /// Driver workloads: size of the writeback requests (default: the queue's largest,
+    /// `max_sectors_kb` of the model's `[host]`).
+    #[arg(long, value_parser = parse_size)]
+    pub write_bs: Option<u64>,
+    /// parallel-rw / lmdd-write: writeback requests kept queued (`nr_requests`).
+    #[arg(long, default_value_t = 128)]
+    pub write_depth: usize,
+    /// parallel-rw / lmdd-write: writeback requests submitted per plug.
+    #[arg(long, default_value_t = 16)]
+    pub write_batch: usize,
+    /// iozone-write: record size.
+    #[arg(long, default_value = "8192k", value_parser = parse_size)]
+    pub record: u64,
+    /// parallel-rw: card time to run, in seconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub duration: f64,
+    /// parallel-rw: reader's request (readahead window) size.
+    #[arg(long, default_value = "768k", value_parser = parse_size)]
+    pub read_bs: u64,
+    /// parallel-rw: the reader alone, without the writer (the baseline of the read loss).
+    #[arg(long)]
+    pub read_only: bool,
+    /// parallel-rw: reader's windows in flight.
+    #[arg(long, default_value_t = 1)]
+    pub read_depth: usize,
+    /// parallel-rw: reader's time consuming each window, in microseconds.
+    #[arg(long, default_value_t = 10_000)]
+    pub read_think_us: u64,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Parse `wr-threshold=A..B`.
+pub fn parse_sweep(s: &str) -> Result<(u32, u32), String> {
+    let range = s
+        .strip_prefix("wr-threshold=")
+        .ok_or_else(|| format!("{s:?}: only wr-threshold=A..B can be swept"))?;
+    let (a, b) = range
+        .split_once("..")
+        .ok_or_else(|| format!("{range:?}: expected A..B"))?;
+    let a: u32 = a
+        .trim()
+        .parse()
+        .map_err(|_| format!("{a:?} is not a threshold"))?;
+    let b: u32 = b
+        .trim()
+        .trim_start_matches('=')
+        .parse()
+        .map_err(|_| format!("{b:?} is not a threshold"))?;
+    if a > b || b - a > 1000 {
+        return Err(format!(
+            "wr-threshold={a}..{b}: need A <= B, at most 1000 steps"
+        ));
+    }
+    Ok((a, b))
 }
 
 /// Parse sizes like `4096`, `4k`, `64K`, `1M`, `2G` (binary multiples).
@@ -124,10 +241,17 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{s:?} is not a size"))
 }
 
-/// What a simulation produced: a workload report, or flashbench's tables.
+/// What a simulation produced: a workload report, flashbench's tables, a driver run or a
+/// threshold sweep.
 pub enum Output {
     Report(Report),
     Flashbench(FlashbenchReport),
+    Driver(Box<DriverReport>),
+    Sweep {
+        model: String,
+        experiment: Experiment,
+        rows: Vec<SweepRow>,
+    },
 }
 
 impl Output {
@@ -135,6 +259,12 @@ impl Output {
         match self {
             Output::Report(r) => r.to_text(),
             Output::Flashbench(f) => f.to_text(),
+            Output::Driver(d) => d.to_text(),
+            Output::Sweep {
+                model,
+                experiment,
+                rows,
+            } => sweep_text(model, experiment, rows),
         }
     }
 
@@ -142,8 +272,111 @@ impl Output {
         match self {
             Output::Report(r) => r.to_json(),
             Output::Flashbench(f) => serde_json::to_string(f).expect("plain data"),
+            Output::Driver(d) => d.to_json(),
+            Output::Sweep {
+                model,
+                experiment,
+                rows,
+            } => serde_json::json!({
+                "model": model,
+                "workload": experiment.name(),
+                "sweep": rows,
+            })
+            .to_string(),
         }
     }
+}
+
+/// The driver set-up and experiment `args` ask for.
+pub fn driver_run(
+    args: &SimulateArgs,
+    model: &DeviceModel,
+) -> Result<(DriverSetup, Experiment), String> {
+    use crate::host::iosched::Elevator;
+    use crate::host::packing::PackingMode;
+    let sectors = |bytes: u64, what: &str| -> Result<u32, String> {
+        if bytes == 0 || bytes % 512 != 0 || bytes / 512 > 65_535 {
+            return Err(format!(
+                "{what} {bytes} must be a multiple of 512 up to 65535 sectors"
+            ));
+        }
+        Ok((bytes / 512) as u32)
+    };
+    let packing = match args.packing {
+        PackingArg::Off => PackingMode::Off,
+        PackingArg::Always => PackingMode::Always,
+        PackingArg::Controlled => PackingMode::Controlled {
+            threshold: args.wr_threshold,
+        },
+    };
+    let elevator = match args.scheduler {
+        SchedulerArg::Noop => Elevator::Noop,
+        SchedulerArg::Deadline => Elevator::Deadline(Default::default()),
+        SchedulerArg::Cfq => Elevator::Cfq(crate::host::iosched::CfqTunables {
+            // CFQ takes slice_idle in ms up to seconds; more than 10 s means nothing.
+            slice_idle_ns: args.slice_idle_us.min(10_000_000) * 1000,
+            ..Default::default()
+        }),
+    };
+    let setup = DriverSetup {
+        packing,
+        elevator,
+        hpi: crate::host::blkdrv::HpiPolicy {
+            enabled: args.hpi,
+            ..Default::default()
+        },
+        pipeline: !args.no_pipeline,
+        cmd23: !args.open_ended,
+        ..DriverSetup::default()
+    };
+    // The writeback request size: the queue's largest unless given.
+    let queue_bytes = u64::from(model.host.max_sectors_kb) * 1024;
+    let write_bs = sectors(args.write_bs.unwrap_or(queue_bytes), "--write-bs")?;
+    let exp = match args.workload {
+        WorkloadKind::LmddWrite => Experiment::LmddWrite {
+            bytes: args.size.unwrap_or(64 << 20),
+            bs: write_bs,
+            depth: args.write_depth.clamp(1, 4096),
+            batch: args.write_batch.clamp(1, 4096),
+        },
+        WorkloadKind::ParallelRw => {
+            if !(args.duration > 0.0 && args.duration <= 36_000.0) {
+                return Err("--duration must be in 0..=36000 seconds".into());
+            }
+            if args.read_depth == 0 || args.read_depth > 64 {
+                return Err("--read-depth must be 1..=64".into());
+            }
+            if args.read_think_us > 3_600_000_000 {
+                return Err("--read-think-us must be at most an hour".into());
+            }
+            Experiment::ParallelRw {
+                duration_ns: (args.duration * 1e9) as u64,
+                read_bs: sectors(args.read_bs, "--read-bs")?,
+                read_depth: args.read_depth,
+                read_think_ns: args.read_think_us.saturating_mul(1000),
+                write_bs,
+                write_depth: args.write_depth.clamp(1, 4096),
+                write_batch: args.write_batch.clamp(1, 4096),
+                writer: !args.read_only,
+            }
+        }
+        WorkloadKind::IozoneWrite => Experiment::IozoneWrite {
+            file_bytes: args.size.unwrap_or(10240 * 1024),
+            record_bytes: args.record,
+            bs: write_bs,
+        },
+        _ => return Err("not a driver workload".into()),
+    };
+    if let Experiment::LmddWrite { bytes, .. }
+    | Experiment::IozoneWrite {
+        file_bytes: bytes, ..
+    } = exp
+    {
+        if bytes == 0 || bytes > 16 << 30 {
+            return Err("--size must be 1 byte to 16G".into());
+        }
+    }
+    Ok((setup, exp))
 }
 
 /// flashbench results and the card's flash counters afterwards.
@@ -202,6 +435,21 @@ fn precondition(
 /// Run a simulation and return its output.
 pub fn simulate(args: &SimulateArgs) -> Result<Output, String> {
     let model = DeviceModel::load(&args.model).map_err(|e| e.to_string())?;
+    if args.workload.is_driver() {
+        let (setup, exp) = driver_run(args, &model)?;
+        if let Some((a, b)) = args.sweep {
+            let rows = sweep(&model, &setup, &exp, a, b)?;
+            return Ok(Output::Sweep {
+                model: model.name.clone(),
+                experiment: exp,
+                rows,
+            });
+        }
+        return run_experiment(&model, &setup, &exp).map(|r| Output::Driver(Box::new(r)));
+    }
+    if args.sweep.is_some() {
+        return Err("--sweep applies to lmdd-write, parallel-rw and iozone-write".into());
+    }
     let mut device = CardDevice::new(&model).map_err(|e| e.to_string())?;
     if args.bs == 0 || args.bs % 512 != 0 || args.bs / 512 > 65_535 {
         return Err(format!(

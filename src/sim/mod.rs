@@ -2,10 +2,13 @@
 //! sleeping and without data (the store is data-less), reporting throughput, latency and
 //! the card's counters.
 
+pub mod blkbench;
 pub mod command;
 pub mod device;
+pub mod engine;
 pub mod flashbench;
 pub mod histogram;
+pub mod procs;
 pub mod report;
 pub mod trace;
 pub mod workload;

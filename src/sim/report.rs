@@ -26,7 +26,7 @@ fn us(ns: Nanos) -> f64 {
 }
 
 impl LatencySummary {
-    fn new(h: &Histogram, bytes: u64, elapsed_ns: Nanos) -> LatencySummary {
+    pub fn new(h: &Histogram, bytes: u64, elapsed_ns: Nanos) -> LatencySummary {
         let secs = elapsed_ns.max(1) as f64 / 1e9;
         LatencySummary {
             ops: h.count(),

@@ -856,3 +856,41 @@ fn timing_equals_card_device_in_every_bus_mode() {
         timing_matches_card_device(m.clone(), SdhciConfig::for_model(&m.host));
     }
 }
+
+/// `start_request` returns when programming begins; the owner waits for it, or stops
+/// waiting at a deadline, and the card time is exactly what `request` would have given.
+#[test]
+fn start_request_leaves_the_programming_busy_to_the_caller() {
+    let mut m = model();
+    m.ext_csd.cache_size = 0;
+    m.timing = crate::model::TimingModel::Constant(crate::model::ConstantTimingModel {
+        program_command_ns: 5_000_000,
+        ..Default::default()
+    });
+    let data = pattern(3, 64 * 512);
+    // The whole request at once, for reference.
+    let mut a = brought_up(m.clone(), &HostCaps::default());
+    let t0 = a.now;
+    let whole = write(&mut a, 100, &data);
+    assert!(whole.is_ok() && !whole.busy_pending);
+    let total = a.now - t0;
+    // The same request started: it returns at the start of the busy.
+    let mut b = brought_up(m, &HostCaps::default());
+    let t0 = b.now;
+    let mut sg = [&data[..]];
+    let started = b.start_request(write_request(100, 64, false, &mut sg));
+    assert!(started.is_ok() && started.busy_pending);
+    let busy_start = b.now;
+    assert_eq!(
+        total - (busy_start - t0),
+        5_000_000,
+        "what is left is the programming"
+    );
+    assert_eq!(b.card.state(), crate::card::CardState::Prg);
+    // Not released before the deadline; released at its end afterwards.
+    assert!(!b.wait_busy_until(Some(busy_start + 1_000_000)));
+    assert_eq!(b.now, busy_start + 1_000_000);
+    assert!(b.wait_busy_until(None));
+    assert_eq!(b.now - t0, total);
+    assert_eq!(peek(&mut b, 100, 64), data);
+}
