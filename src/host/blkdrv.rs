@@ -149,6 +149,10 @@ pub struct BlkConfig {
     /// `max_req_size`): what a packed command, header included, may hold.
     pub max_hw_sectors: u32,
     pub elevator: Elevator,
+    /// The scheduler merges contiguous requests. Off when requests arrive already merged
+    /// and must complete one by one (the vhost-user-blk frontend: the guest's block layer
+    /// merged them).
+    pub merge: bool,
     pub hpi: HpiPolicy,
     pub bkops: BkopsPolicy,
     /// Retries after errors that may be retried.
@@ -170,6 +174,7 @@ impl Default for BlkConfig {
             max_sectors: 1024,
             max_hw_sectors: 1024,
             elevator: Elevator::Cfq(Default::default()),
+            merge: true,
             hpi: HpiPolicy::default(),
             bkops: BkopsPolicy::default(),
             retries: MMC_BLK_RETRIES,
@@ -192,6 +197,12 @@ impl BlkConfig {
     }
 
     fn merge_limits(&self) -> MergeLimits {
+        if !self.merge {
+            return MergeLimits {
+                max_sectors: 0,
+                max_segments: 0,
+            };
+        }
         MergeLimits {
             max_sectors: u64::from(self.max_sectors),
             max_segments: u64::from(self.max_segments),
@@ -364,9 +375,11 @@ enum Active {
     Bkops,
 }
 
-/// The MMC block driver: a card behind an [`MmcHostOps`], its request queue and policies.
-pub struct MmcBlk<H: MmcHostOps> {
+/// The MMC block driver: a card behind an [`MmcHostOps`], its request queue and policies,
+/// moving request data through `D`.
+pub struct MmcBlk<H: MmcHostOps, D: BlkData = NoData> {
     host: H,
+    data: D,
     card: MmcCard,
     cfg: BlkConfig,
     f: Features,
@@ -387,12 +400,33 @@ pub struct MmcBlk<H: MmcHostOps> {
     /// The prepared request already had its HPI.
     hpi_done_for_cur: bool,
     writes_since_read: u32,
-    next_split_id: u64,
     stats: BlkStats,
-    /// Write data: a 512-byte packed header followed by zeroes (the simulator's store
-    /// keeps no data).
+    /// Write data: room for a 512-byte packed header followed by the data.
     wbuf: Vec<u8>,
     rbuf: Vec<u8>,
+}
+
+/// Where the data of block requests comes from and goes to. A request is identified by
+/// its `id` (pieces of one request share it: queue splits, HPI remainders) and the data
+/// by sector, so an implementation maps `(id, lba)` to its buffers.
+pub trait BlkData {
+    /// Fill `buf` with the data to write for `req`'s sectors from `lba` on.
+    fn write_data(&mut self, req: &BlkRequest, lba: u64, buf: &mut [u8]);
+    /// `buf` holds what the card returned for `req`'s sectors from `lba` on.
+    fn read_data(&mut self, req: &BlkRequest, lba: u64, buf: &[u8]);
+}
+
+/// No data: writes carry zeroes and reads are dropped (the simulator's store keeps no
+/// data anyway).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoData;
+
+impl BlkData for NoData {
+    fn write_data(&mut self, _req: &BlkRequest, _lba: u64, buf: &mut [u8]) {
+        buf.fill(0);
+    }
+
+    fn read_data(&mut self, _req: &BlkRequest, _lba: u64, _buf: &[u8]) {}
 }
 
 /// CMD13 and its R1 as the card sent it, error bits included (`get_card_status`).
@@ -406,9 +440,17 @@ fn buf_len(sectors: u32) -> usize {
     (sectors as usize + 1) * 512
 }
 
-impl<H: MmcHostOps> MmcBlk<H> {
-    /// `mmc_blk_probe`: bring the card up with `cfg.caps` and set up the queue.
-    pub fn probe(mut host: H, cfg: BlkConfig) -> Result<MmcBlk<H>, MmcError> {
+impl<H: MmcHostOps> MmcBlk<H, NoData> {
+    /// `mmc_blk_probe`: bring the card up with `cfg.caps` and set up the queue; requests
+    /// carry no data.
+    pub fn probe(host: H, cfg: BlkConfig) -> Result<MmcBlk<H>, MmcError> {
+        MmcBlk::probe_with_data(host, cfg, NoData)
+    }
+}
+
+impl<H: MmcHostOps, D: BlkData> MmcBlk<H, D> {
+    /// `mmc_blk_probe` with request data moved through `data`.
+    pub fn probe_with_data(mut host: H, cfg: BlkConfig, data: D) -> Result<Self, MmcError> {
         let card = mmc_init_card(&mut host, &cfg.caps)?;
         let f = Features::new(&card, &cfg.caps);
         let e = &card.ext_csd;
@@ -451,6 +493,7 @@ impl<H: MmcHostOps> MmcBlk<H> {
         let max = cfg.max_hw_sectors.max(cfg.max_sectors);
         Ok(MmcBlk {
             host,
+            data,
             card,
             wpc: WritePackingControl::new(packing),
             cfg,
@@ -467,11 +510,19 @@ impl<H: MmcHostOps> MmcBlk<H> {
             any_since: None,
             hpi_done_for_cur: false,
             writes_since_read: 0,
-            next_split_id: 1 << 62,
             stats: BlkStats::default(),
             wbuf: vec![0; buf_len(max)],
             rbuf: vec![0; buf_len(max)],
         })
+    }
+
+    /// The data path.
+    pub fn data(&self) -> &D {
+        &self.data
+    }
+
+    pub fn data_mut(&mut self) -> &mut D {
+        &mut self.data
     }
 
     pub fn host(&self) -> &H {
@@ -571,22 +622,14 @@ impl<H: MmcHostOps> MmcBlk<H> {
             self.sched.add(req, now);
             return;
         }
-        // blk_queue_split: pieces of at most max_sectors.
+        // blk_queue_split: pieces of at most max_sectors, each completing on its own
+        // (they keep the request's id; their sectors tell them apart).
         let mut lba = req.lba;
         let mut left = req.sectors;
-        let mut first = true;
         while left > 0 {
             let n = left.min(self.cfg.max_sectors);
-            let id = if first {
-                req.id
-            } else {
-                self.next_split_id += 1;
-                self.next_split_id
-            };
-            first = false;
             self.sched.add(
                 BlkRequest {
-                    id,
                     lba,
                     sectors: n,
                     segments: n.div_ceil(8).max(1),
@@ -688,6 +731,31 @@ impl<H: MmcHostOps> MmcBlk<H> {
             self.host.idle_until(until);
             return Advance::Reached;
         }
+    }
+
+    /// The card time at which [`MmcBlk::advance`] would next have something to do on its
+    /// own, without a new request: the end of the card's busy, a prepared request being
+    /// ready, an HPI falling due, the scheduler's timer, the idle BKOPS check. `None` when
+    /// only a new request can wake it. A caller running in real time advances to now,
+    /// then sleeps until this.
+    pub fn next_event(&self) -> Option<Nanos> {
+        let now = self.host.now();
+        if !self.completions.is_empty() || self.urgent_bkops {
+            return Some(now);
+        }
+        if self.active.is_some() {
+            let busy_end = self.host.busy_until().unwrap_or(now);
+            let hpi = self.hpi_due(Nanos::MAX).unwrap_or(Nanos::MAX);
+            return Some(busy_end.min(hpi).max(now));
+        }
+        if let Some(cur) = &self.cur {
+            return Some(cur.ready_at.max(now));
+        }
+        if !self.sched.is_empty() {
+            return Some(self.sched.next_event(now).unwrap_or(now).max(now));
+        }
+        let idle_since = self.idle_since.unwrap_or(now);
+        self.bkops_check_due(idle_since).map(|t| t.max(now))
     }
 
     // ---- fetching and preparing --------------------------------------------------------
@@ -865,6 +933,8 @@ impl<H: MmcHostOps> MmcBlk<H> {
         }
         self.stats.mmc_requests += 1;
         let done_c = if write {
+            self.data
+                .write_data(&req, lba, &mut self.wbuf[512..512 + len]);
             let mut sg = [&self.wbuf[512..512 + len]];
             self.host.start_request(MmcRequest {
                 sbc,
@@ -914,6 +984,14 @@ impl<H: MmcHostOps> MmcBlk<H> {
                 .collect(),
         };
         self.wbuf[..512].copy_from_slice(&header.encode());
+        if write {
+            let mut at = 512;
+            for r in reqs {
+                let len = r.sectors as usize * 512;
+                self.data.write_data(r, r.lba, &mut self.wbuf[at..at + len]);
+                at += len;
+            }
+        }
         let address = self.card.address(reqs[0].lba);
         self.stats.mmc_requests += 1;
         let done = if write {
@@ -1033,6 +1111,11 @@ impl<H: MmcHostOps> MmcBlk<H> {
                 done,
                 retries: _,
             } => {
+                if req.op == BlkOp::Read {
+                    let lba = req.lba + u64::from(done);
+                    let len = sectors as usize * 512;
+                    self.data.read_data(&req, lba, &self.rbuf[..len]);
+                }
                 let done = done + sectors;
                 if done < req.sectors {
                     // More pieces of a legacy reliable write: start the next at once.
@@ -1057,12 +1140,26 @@ impl<H: MmcHostOps> MmcBlk<H> {
                 self.complete(req, at);
             }
             Work::Packed { reqs, .. } => {
+                self.deliver_packed_reads(&reqs);
                 for r in reqs {
                     self.sched.completed(&r, now);
                     self.complete(r, now);
                 }
             }
             Work::Special(_) => {}
+        }
+    }
+
+    /// A packed read's data arrived as the entries' data back to back.
+    fn deliver_packed_reads(&mut self, reqs: &[BlkRequest]) {
+        if reqs.first().is_none_or(|r| r.op != BlkOp::Read) {
+            return;
+        }
+        let mut at = 0;
+        for r in reqs {
+            let len = r.sectors as usize * 512;
+            self.data.read_data(r, r.lba, &self.rbuf[at..at + len]);
+            at += len;
         }
     }
 
@@ -1076,6 +1173,7 @@ impl<H: MmcHostOps> MmcBlk<H> {
             "mmcblk: packed command failed (status {pstatus:#04x}) at entry {}",
             first_failed + 1
         );
+        self.deliver_packed_reads(&reqs[..first_failed]);
         for r in &reqs[..first_failed] {
             self.sched.completed(r, now);
             self.complete(*r, now);
@@ -1249,6 +1347,7 @@ impl<H: MmcHostOps> MmcBlk<H> {
         while left > 0 {
             let n = left.min(self.cfg.max_sectors);
             let len = n as usize * 512;
+            self.wbuf[512..512 + len].fill(0);
             let mut sg = [&self.wbuf[512..512 + len]];
             let done = self.host.request(MmcRequest {
                 sbc: Some(MmcCommand::new(23, n, ResponseType::R1)),

@@ -203,6 +203,9 @@ pub trait MmcHostOps {
     fn start_request<S: DmaSegment>(&mut self, mrq: MmcRequest<'_, S>) -> SdhciCompletion;
     /// Wait for DAT0 busy to end, but not past `deadline`; `true` when it ended.
     fn wait_busy_until(&mut self, deadline: Option<Nanos>) -> bool;
+    /// When DAT0 busy will end, if the card holds it (`mmc_host_ops.card_busy`, with the
+    /// instant a model can know).
+    fn busy_until(&self) -> Option<Nanos>;
     /// `mmc_host_ops.set_ios`.
     fn set_ios(&mut self, ios: MmcIos);
     fn ios(&self) -> MmcIos;
@@ -696,6 +699,10 @@ impl MmcHostOps for MmcHost {
     fn wait_busy_until(&mut self, deadline: Option<Nanos>) -> bool {
         self.sdhci
             .wait_busy_until(&mut self.card, &mut self.now, deadline)
+    }
+
+    fn busy_until(&self) -> Option<Nanos> {
+        self.card.busy_until().filter(|&t| t > self.now)
     }
 
     fn set_ios(&mut self, ios: MmcIos) {

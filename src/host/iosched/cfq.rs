@@ -151,8 +151,9 @@ pub struct Cfq {
     /// Requests that go before anything the queues hold: requeued ones (with their
     /// queue) and flushes.
     dispatch_list: VecDeque<(BlkRequest, Option<usize>)>,
-    /// Queue time of every queued or dispatched elevator request, by id.
-    queued_at: HashMap<u64, Nanos>,
+    /// Queue time of every queued or dispatched elevator request, by (id, first sector):
+    /// pieces of one request share its id.
+    queued_at: HashMap<(u64, u64), Nanos>,
     queued: usize,
 }
 
@@ -434,6 +435,9 @@ impl IoScheduler for Cfq {
                     q.sorted.remove(&k);
                     let nk = (m.lba, m.id);
                     q.sorted.insert(nk, m);
+                    if let Some(t) = self.queued_at.remove(&(k.1, k.0)) {
+                        self.queued_at.insert((m.id, m.lba), t);
+                    }
                     for e in q.fifo.iter_mut() {
                         if e.1 == k {
                             e.1 = nk;
@@ -447,7 +451,7 @@ impl IoScheduler for Cfq {
             let key = (req.lba, req.id);
             q.sorted.insert(key, req);
             q.fifo.push_back((expire, key));
-            self.queued_at.insert(req.id, now);
+            self.queued_at.insert((req.id, req.lba), now);
             self.queued += 1;
         }
         if !self.queues[i].on_rr {
@@ -511,7 +515,7 @@ impl IoScheduler for Cfq {
         q.dispatched = q.dispatched.saturating_sub(1);
         let class = usize::from(q.sync);
         self.rq_in_flight[class] = self.rq_in_flight[class].saturating_sub(1);
-        self.queued_at.remove(&req.id);
+        self.queued_at.remove(&(req.id, req.lba));
         self.add(req, now);
     }
 
@@ -533,7 +537,7 @@ impl IoScheduler for Cfq {
         q.dispatched = q.dispatched.saturating_sub(1);
         let class = usize::from(sync);
         self.rq_in_flight[class] = self.rq_in_flight[class].saturating_sub(1);
-        let queued_at = self.queued_at.remove(&req.id);
+        let queued_at = self.queued_at.remove(&(req.id, req.lba));
         if sync {
             self.queues[i].last_end_request = Some(now);
             if queued_at.is_some_and(|t| now >= t.saturating_add(self.t.fifo_expire_sync_ns)) {
