@@ -208,6 +208,9 @@ def main():
         if modelled is not None and modelled[direction]:
             lat = modelled[direction]
             floor = min(lat)
+            if floor < 0:
+                failures.append(f"the daemon's trace has a {direction} that completed "
+                                f"{-floor:.1f} us before it arrived")
             checks.append(f"model: {len(lat)} {direction}s, modelled latency min "
                           f"{floor:.1f} p50 {quantile(lat, 0.5):.1f} "
                           f"p99 {quantile(lat, 0.99):.1f} max {max(lat):.1f} us")

@@ -67,6 +67,11 @@ class ParseFio(unittest.TestCase):
         self.assertEqual(rc, 0, out)
         self.assertIn("modelled latency min 200.0", out)
 
+    def test_a_trace_with_a_completion_before_its_arrival_fails(self):
+        rc, out = self.run_parse(data_log(fio_doc(250_000)), "5000000 W 0 4096 4000000\n")
+        self.assertEqual(rc, 1, out)
+        self.assertIn("before it arrived", out)
+
     def test_an_explicit_floor_applies_without_a_trace(self):
         rc, out = self.run_parse(data_log(fio_doc(250_000)),
                                  extra=["--expect-min-write-lat-us", "5000"])

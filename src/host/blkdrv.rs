@@ -452,43 +452,9 @@ impl<H: MmcHostOps, D: BlkData> MmcBlk<H, D> {
     /// `mmc_blk_probe` with request data moved through `data`.
     pub fn probe_with_data(mut host: H, cfg: BlkConfig, data: D) -> Result<Self, MmcError> {
         let card = mmc_init_card(&mut host, &cfg.caps)?;
-        let f = Features::new(&card, &cfg.caps);
-        let e = &card.ext_csd;
-        let packing = if f.packed && cfg.cmd23 {
-            cfg.packing
-        } else {
-            PackingMode::Off
-        };
-        let limits = PackLimits {
-            max_packed_writes: usize::from(e[ext::MAX_PACKED_WRITES]),
-            max_packed_reads: if cfg.packed_reads {
-                usize::from(e[ext::MAX_PACKED_READS])
-            } else {
-                0
-            },
-            // The header block and its segment count against the host's limits.
-            max_sectors: u64::from(cfg.max_hw_sectors.saturating_sub(1)),
-            max_segments: u64::from(cfg.max_segments.saturating_sub(1)),
-            enhanced_reliable_write: f.enhanced_rel_wr,
-            native_4k: e[ext::DATA_SECTOR_SIZE] == 1,
-        };
+        let (f, limits, packing) = Self::setup(&card, &cfg);
         let sched = cfg.elevator.build(cfg.merge_limits());
-        log::info!(
-            "mmcblk: {} sectors, cache {}, HPI {}, BKOPS {}, reliable write {}, packing {:?}, {}",
-            f.sectors,
-            f.cache,
-            f.hpi,
-            f.bkops,
-            if f.enhanced_rel_wr {
-                "enhanced"
-            } else if f.rel_wr {
-                "legacy"
-            } else {
-                "none"
-            },
-            packing,
-            sched.name()
-        );
+        Self::log_setup(&f, packing, sched.name());
         let now = host.now();
         let max = cfg.max_hw_sectors.max(cfg.max_sectors);
         Ok(MmcBlk {
@@ -514,6 +480,75 @@ impl<H: MmcHostOps, D: BlkData> MmcBlk<H, D> {
             wbuf: vec![0; buf_len(max)],
             rbuf: vec![0; buf_len(max)],
         })
+    }
+
+    /// The card was power-cycled under the driver (its host went away and a new one
+    /// came): bring it up again and start over with an empty queue, as a new probe would.
+    /// Requests in the queue are dropped without completions.
+    pub fn reprobe(&mut self) -> Result<(), MmcError> {
+        self.card = mmc_init_card(&mut self.host, &self.cfg.caps)?;
+        let (f, limits, packing) = Self::setup(&self.card, &self.cfg);
+        self.sched = self.cfg.elevator.build(self.cfg.merge_limits());
+        Self::log_setup(&f, packing, self.sched.name());
+        self.f = f;
+        self.limits = limits;
+        self.wpc = WritePackingControl::new(packing);
+        self.cur = None;
+        self.active = None;
+        self.completions.clear();
+        self.idle_since = Some(self.host.now());
+        self.bkops_checked = false;
+        self.urgent_bkops = false;
+        self.read_since = None;
+        self.any_since = None;
+        self.hpi_done_for_cur = false;
+        self.writes_since_read = 0;
+        self.stats = BlkStats::default();
+        Ok(())
+    }
+
+    /// What the card and the configuration allow: features, packing limits and mode.
+    fn setup(card: &MmcCard, cfg: &BlkConfig) -> (Features, PackLimits, PackingMode) {
+        let f = Features::new(card, &cfg.caps);
+        let e = &card.ext_csd;
+        let packing = if f.packed && cfg.cmd23 {
+            cfg.packing
+        } else {
+            PackingMode::Off
+        };
+        let limits = PackLimits {
+            max_packed_writes: usize::from(e[ext::MAX_PACKED_WRITES]),
+            max_packed_reads: if cfg.packed_reads {
+                usize::from(e[ext::MAX_PACKED_READS])
+            } else {
+                0
+            },
+            // The header block and its segment count against the host's limits.
+            max_sectors: u64::from(cfg.max_hw_sectors.saturating_sub(1)),
+            max_segments: u64::from(cfg.max_segments.saturating_sub(1)),
+            enhanced_reliable_write: f.enhanced_rel_wr,
+            native_4k: e[ext::DATA_SECTOR_SIZE] == 1,
+        };
+        (f, limits, packing)
+    }
+
+    fn log_setup(f: &Features, packing: PackingMode, scheduler: &str) {
+        log::info!(
+            "mmcblk: {} sectors, cache {}, HPI {}, BKOPS {}, reliable write {}, packing {:?}, {}",
+            f.sectors,
+            f.cache,
+            f.hpi,
+            f.bkops,
+            if f.enhanced_rel_wr {
+                "enhanced"
+            } else if f.rel_wr {
+                "legacy"
+            } else {
+                "none"
+            },
+            packing,
+            scheduler
+        );
     }
 
     /// The data path.

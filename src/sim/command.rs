@@ -59,6 +59,34 @@ pub enum SchedulerArg {
     Cfq,
 }
 
+impl PackingArg {
+    /// The driver's packing mode, with `threshold` for write packing control.
+    pub fn mode(self, threshold: u32) -> crate::host::packing::PackingMode {
+        use crate::host::packing::PackingMode;
+        match self {
+            PackingArg::Off => PackingMode::Off,
+            PackingArg::Always => PackingMode::Always,
+            PackingArg::Controlled => PackingMode::Controlled { threshold },
+        }
+    }
+}
+
+impl SchedulerArg {
+    /// The scheduler, with CFQ's `slice_idle` in microseconds.
+    pub fn elevator(self, slice_idle_us: u64) -> crate::host::iosched::Elevator {
+        use crate::host::iosched::{CfqTunables, Elevator};
+        match self {
+            SchedulerArg::Noop => Elevator::Noop,
+            SchedulerArg::Deadline => Elevator::Deadline(Default::default()),
+            SchedulerArg::Cfq => Elevator::Cfq(CfqTunables {
+                // CFQ takes slice_idle in ms up to seconds; more than 10 s means nothing.
+                slice_idle_ns: slice_idle_us.min(10_000_000) * 1000,
+                ..Default::default()
+            }),
+        }
+    }
+}
+
 impl WorkloadKind {
     fn is_driver(self) -> bool {
         matches!(
@@ -292,8 +320,6 @@ pub fn driver_run(
     args: &SimulateArgs,
     model: &DeviceModel,
 ) -> Result<(DriverSetup, Experiment), String> {
-    use crate::host::iosched::Elevator;
-    use crate::host::packing::PackingMode;
     let sectors = |bytes: u64, what: &str| -> Result<u32, String> {
         if bytes == 0 || bytes % 512 != 0 || bytes / 512 > 65_535 {
             return Err(format!(
@@ -302,22 +328,8 @@ pub fn driver_run(
         }
         Ok((bytes / 512) as u32)
     };
-    let packing = match args.packing {
-        PackingArg::Off => PackingMode::Off,
-        PackingArg::Always => PackingMode::Always,
-        PackingArg::Controlled => PackingMode::Controlled {
-            threshold: args.wr_threshold,
-        },
-    };
-    let elevator = match args.scheduler {
-        SchedulerArg::Noop => Elevator::Noop,
-        SchedulerArg::Deadline => Elevator::Deadline(Default::default()),
-        SchedulerArg::Cfq => Elevator::Cfq(crate::host::iosched::CfqTunables {
-            // CFQ takes slice_idle in ms up to seconds; more than 10 s means nothing.
-            slice_idle_ns: args.slice_idle_us.min(10_000_000) * 1000,
-            ..Default::default()
-        }),
-    };
+    let packing = args.packing.mode(args.wr_threshold);
+    let elevator = args.scheduler.elevator(args.slice_idle_us);
     let setup = DriverSetup {
         packing,
         elevator,

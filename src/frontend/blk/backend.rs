@@ -1,12 +1,15 @@
 //! The vhost-user-blk device: virtqueue handling, configuration space, and pacing.
 //!
-//! Requests are taken from the queue as they are kicked, executed on the card at once
-//! (the card model is fast), and *completed* — used-ring entry plus interrupt — when the
-//! card time of their completion has elapsed in wall time, scaled by `--time-scale`. A
-//! timerfd on the backend's epoll loop fires shortly before the earliest completion is
-//! due and the loop spins out the rest, so the event loop never sleeps and completions
-//! land within microseconds of their due time. The card serves one request at a time: a
-//! request that arrives while the card is busy starts when the card is free.
+//! Requests taken from the queue are submitted to the card's host driver
+//! ([`CardTarget`]) at their arrival in card time. With realtime pacing card time follows
+//! the wall clock (scaled by `--time-scale`): on every kick and timer wake-up the driver
+//! runs up to now, so a request that arrives while the card is busy waits in the driver's
+//! queue exactly as on hardware (and may be packed with others); each completion — used
+//! ring entry and interrupt — is signalled when its card time has come. A timerfd on the
+//! backend's epoll loop fires shortly before the next completion or the driver's next
+//! event (the card's busy end, a scheduler timer, BKOPS) and the loop spins out the last
+//! microseconds, so it never sleeps in a handler. Without pacing the driver runs each
+//! batch to its end at once and completes it immediately.
 
 use std::collections::VecDeque;
 use std::io;
@@ -29,7 +32,7 @@ use vmm_sys_util::event::{
 use vmm_sys_util::timerfd::TimerFd;
 
 use super::request::{parse, ParseError, Request, RequestKind};
-use super::target::{CardTarget, Outcome, SEG_MAX, SIZE_MAX};
+use super::target::{CardTarget, SIZE_MAX};
 use crate::sim::trace::TraceWriter;
 use crate::sim::workload::Op;
 use crate::timing::Nanos;
@@ -45,6 +48,8 @@ pub const TIMER_EVENT: u16 = NUM_QUEUES as u16 + 1;
 /// The timer fires this early and the loop spins the rest: epoll wake-up latency on a
 /// loaded machine is tens of microseconds.
 const SPIN: Duration = Duration::from_micros(150);
+/// Rounds of run-signal-spin in one wake-up before yielding to the event loop.
+const MAX_DRIVE_ROUNDS: usize = 10_000;
 
 /// How completions relate to wall time.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -177,7 +182,7 @@ impl EmmcBlkBackend {
         let config = BlkConfig {
             capacity: limits.capacity.to_le(),
             size_max: SIZE_MAX.to_le(),
-            seg_max: SEG_MAX.to_le(),
+            seg_max: limits.seg_max.to_le(),
             blk_size: 512u32.to_le(),
             num_queues: (NUM_QUEUES as u16).to_le(),
             writeback: 1,
@@ -186,7 +191,7 @@ impl EmmcBlkBackend {
             discard_sector_alignment: 1u32.to_le(),
             max_write_zeroes_sectors: max_range.to_le(),
             max_write_zeroes_seg: limits.max_ranges.to_le(),
-            write_zeroes_may_unmap: 1,
+            write_zeroes_may_unmap: u8::from(caps.write_zeroes_may_unmap),
             max_secure_erase_sectors: max_range.to_le(),
             max_secure_erase_seg: limits.max_ranges.to_le(),
             secure_erase_sector_alignment: 1u32.to_le(),
@@ -259,10 +264,7 @@ impl EmmcBlkBackend {
     }
 
     /// Forget the departed frontend and give the next one a freshly powered card.
-    pub fn restart(
-        &self,
-        model: &crate::model::DeviceModel,
-    ) -> Result<(), crate::host::mmc::MmcError> {
+    pub fn restart(&self) -> Result<(), crate::host::mmc::MmcError> {
         match new_event_consumer_and_notifier(EventFlag::NONBLOCK) {
             Ok(fresh) => *self.exit.lock().unwrap_or_else(|p| p.into_inner()) = fresh,
             Err(e) => log::error!("a fresh exit event for the next frontend: {e}"),
@@ -272,8 +274,9 @@ impl EmmcBlkBackend {
         inner.flush_trace();
         inner.clock = None;
         inner.mem = None;
+        inner.target.set_memory(None);
         let _ = inner.timer.clear();
-        inner.target.restart(model)
+        inner.target.restart()
     }
 
     pub fn pacing_stats(&self) -> PacingStats {
@@ -324,7 +327,8 @@ impl Inner {
         }
     }
 
-    /// Take every available request from the queue and execute it.
+    /// Take every available request from the queue and hand it to the card; then run
+    /// the card.
     fn process_queue(&mut self, vring: &VringRwLock) -> io::Result<()> {
         let Some(atomic) = self.mem.clone() else {
             return Ok(());
@@ -352,57 +356,110 @@ impl Inner {
                         Pacing::Off => 1.0,
                     },
                 });
-                let arrival = clock.card_at(now);
-                let (status_addr, outcome) = match parse(chain, &limits) {
-                    Ok(req) => {
-                        let outcome = self.target.execute(&*mem, &req, arrival);
-                        self.trace(&req, arrival, outcome.done_at);
-                        (Some(req.status), outcome)
-                    }
+                let arrival = match self.pacing {
+                    Pacing::Realtime { .. } => clock.card_at(now),
+                    Pacing::Off => self.target.now(),
+                };
+                match parse(chain, &limits) {
+                    Ok(req) => self.target.submit(&*mem, head, req, arrival),
                     Err(ParseError {
                         status,
                         code,
                         problem,
                     }) => {
                         log::warn!("request {head}: {problem}");
-                        let done_at = self.target.now().max(arrival);
-                        (
-                            status,
-                            Outcome {
-                                status: code,
-                                written: 0,
-                                done_at,
-                            },
-                        )
-                    }
-                };
-                let mut len = 0;
-                if let Some(addr) = status_addr {
-                    if mem.write_obj(outcome.status, addr).is_ok() {
-                        len = outcome.written + 1;
+                        let len = status
+                            .filter(|&addr| mem.write_obj(code, addr).is_ok())
+                            .map_or(0, |_| 1);
+                        self.queue_completion(Pending {
+                            head,
+                            len,
+                            due: now,
+                            done_at: arrival,
+                        });
                     }
                 }
-                let due = match self.pacing {
-                    Pacing::Realtime { .. } => clock.wall_at(outcome.done_at),
-                    Pacing::Off => now,
-                };
-                self.pending.push_back(Pending {
-                    head,
-                    len,
-                    due,
-                    done_at: outcome.done_at,
-                });
             }
             if !self.event_idx || !vring.enable_notification().map_err(io::Error::other)? {
                 break;
             }
         }
-        self.complete_due(vring)
+        self.drive(vring)
+    }
+
+    /// Keep completions in due order.
+    fn queue_completion(&mut self, p: Pending) {
+        let at = self.pending.partition_point(|q| q.due <= p.due);
+        self.pending.insert(at, p);
+    }
+
+    /// Run the card up to now (realtime) or to the end of its work (no pacing), queue
+    /// what finished for completion at its time, signal what is due, and arm the timer
+    /// for whichever comes next: a completion or the card's own next event.
+    fn drive(&mut self, vring: &VringRwLock) -> io::Result<()> {
+        for _ in 0..MAX_DRIVE_ROUNDS {
+            let until = match (self.pacing, &self.clock) {
+                (Pacing::Realtime { .. }, Some(clock)) => clock.card_at(Instant::now()),
+                (Pacing::Realtime { .. }, None) => return self.complete_due(vring, None),
+                (Pacing::Off, _) => Nanos::MAX,
+            };
+            self.target.run_until(until);
+            self.finish(vring)?;
+            let card_next = match (self.pacing, &self.clock) {
+                (Pacing::Realtime { .. }, Some(clock)) => {
+                    self.target.next_event().map(|t| clock.wall_at(t))
+                }
+                _ => None,
+            };
+            match card_next {
+                Some(t) if t <= Instant::now() + SPIN => {
+                    self.complete_due(vring, None)?;
+                    while Instant::now() < t {
+                        std::hint::spin_loop();
+                    }
+                }
+                other => return self.complete_due(vring, other),
+            }
+        }
+        log::warn!("the card kept asking to run again at once; yielding to the event loop");
+        self.complete_due(vring, Some(Instant::now()))
+    }
+
+    /// Requests the card finished: status byte, trace, and a completion due at their card
+    /// time.
+    fn finish(&mut self, _vring: &VringRwLock) -> io::Result<()> {
+        let finished = self.target.take_finished();
+        if finished.is_empty() {
+            return Ok(());
+        }
+        let Some(atomic) = self.mem.clone() else {
+            return Ok(());
+        };
+        let mem = atomic.memory();
+        for f in finished {
+            let len = if mem.write_obj(f.status, f.req.status).is_ok() {
+                f.written + 1
+            } else {
+                0
+            };
+            self.trace(&f.req, f.arrival, f.at);
+            let due = match (self.pacing, &self.clock) {
+                (Pacing::Realtime { .. }, Some(clock)) => clock.wall_at(f.at),
+                _ => Instant::now(),
+            };
+            self.queue_completion(Pending {
+                head: f.head,
+                len,
+                due,
+                done_at: f.at,
+            });
+        }
+        Ok(())
     }
 
     /// Signal every completion whose time has come (spinning out the last microseconds),
-    /// then arm the timer for the next.
-    fn complete_due(&mut self, vring: &VringRwLock) -> io::Result<()> {
+    /// then arm the timer for the next completion or `wake`, whichever is first.
+    fn complete_due(&mut self, vring: &VringRwLock, wake: Option<Instant>) -> io::Result<()> {
         let mut used = false;
         while let Some(p) = self.pending.front().copied() {
             let now = Instant::now();
@@ -423,10 +480,13 @@ impl Inner {
         if used && (!self.event_idx || vring.needs_notification().map_err(io::Error::other)?) {
             vring.signal_used_queue()?;
         }
-        match self.pending.front() {
-            Some(p) => {
-                let wait = p
-                    .due
+        let next = match (self.pending.front().map(|p| p.due), wake) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        match next {
+            Some(t) => {
+                let wait = t
                     .saturating_duration_since(Instant::now())
                     .saturating_sub(SPIN);
                 self.timer.reset(wait.max(Duration::from_nanos(1)), None)?;
@@ -500,7 +560,9 @@ impl VhostUserBackend for EmmcBlkBackend {
     }
 
     fn update_memory(&self, mem: GuestMemoryAtomic<GuestMemoryMmap>) -> io::Result<()> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).mem = Some(mem);
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.target.set_memory(Some(mem.clone()));
+        inner.mem = Some(mem);
         Ok(())
     }
 
@@ -542,7 +604,7 @@ impl VhostUserBackend for EmmcBlkBackend {
             TIMER_EVENT => {
                 // Consume the expiry count; a spurious wake-up reads EAGAIN.
                 let _ = inner.timer.wait();
-                inner.complete_due(&vrings[0])?
+                inner.drive(&vrings[0])?
             }
             other => return Err(io::Error::other(format!("unknown event {other}"))),
         }

@@ -18,9 +18,10 @@ use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 
 use super::backend::{EmmcBlkBackend, Pacing, TIMER_EVENT};
-use super::target::CardTarget;
+use super::target::{CardTarget, DriverPolicy};
 use crate::card::Card;
 use crate::model::DeviceModel;
+use crate::sim::command::{PackingArg, SchedulerArg};
 use crate::sim::trace::TraceWriter;
 use crate::store::{read_header, ImageStore};
 
@@ -58,6 +59,20 @@ pub struct ServeArgs {
     /// iothread poll-max-ns.
     #[arg(long, default_value_t = 32)]
     pub poll_us: u64,
+    /// The host driver's write packing: packed commands always, under write packing
+    /// control (seed 000) with `--wr-threshold`, or never.
+    #[arg(long, value_enum, default_value_t = PackingArg::Off)]
+    pub packing: PackingArg,
+    /// Write packing control's threshold (`num_wr_reqs_to_start_packing`).
+    #[arg(long, default_value_t = crate::host::packing::DEFAULT_NUM_WR_REQS_TO_START_PACKING)]
+    pub wr_threshold: u32,
+    /// The host driver's I/O scheduler (the guest's block layer has scheduled already;
+    /// noop keeps its order).
+    #[arg(long, value_enum, default_value_t = SchedulerArg::Noop)]
+    pub scheduler: SchedulerArg,
+    /// CFQ's `slice_idle` in microseconds.
+    #[arg(long, default_value_t = 8000)]
+    pub slice_idle_us: u64,
 }
 
 fn open_card(args: &ServeArgs) -> Result<(Card, DeviceModel), String> {
@@ -149,7 +164,12 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
         ));
     }
     let (card, model) = open_card(args)?;
-    let target = CardTarget::new(card, &model).map_err(|e| format!("card bring-up: {e}"))?;
+    let policy = DriverPolicy {
+        packing: args.packing.mode(args.wr_threshold),
+        elevator: args.scheduler.elevator(args.slice_idle_us),
+    };
+    let target =
+        CardTarget::new(card, &model, &policy).map_err(|e| format!("card bring-up: {e}"))?;
     let pacing = match args.timing {
         TimingArg::Realtime => Pacing::Realtime {
             scale: args.time_scale,
@@ -218,7 +238,7 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
             Err(e) => log::info!("frontend detached: {e:?}"),
         }
         backend
-            .restart(&model)
+            .restart()
             .map_err(|e| format!("card restart: {e}"))?;
     }
 }

@@ -1,66 +1,170 @@
-//! Executing checked virtio-blk requests on the card, in card time.
+//! The card behind the frontend: virtio-blk requests become block requests for the MMC
+//! block driver ([`MmcBlk`]), which turns them into the MMC requests Linux's driver would
+//! send — packed or not, reliable writes, FLUSH_CACHE, CMD35/36/38, HPI and BKOPS by its
+//! policies — through the SDHCI controller model to the card, in card time.
 //!
-//! Every request becomes the MMC requests Linux's MMC block driver would send — CMD23 +
-//! CMD18/CMD25 (CMD17/CMD24 for one block), FLUSH_CACHE, CMD35/36/38 — issued through the
-//! SDHCI controller model, whose DMA engine reads and writes the guest's buffers in place.
-//! The card is one device: requests run one after another, each starting when the card
-//! is free and the request has arrived.
+//! Requests are submitted at their arrival in card time and complete when the driver says
+//! so; the backend decides how far card time may run (to the wall clock with realtime
+//! pacing, to the end of the work without). The data moves between the driver's buffers
+//! and the guest's through [`GuestData`], keyed by request id and sector.
 
-use vm_memory::{GuestAddress, GuestMemory};
+use std::collections::HashMap;
+
+use vm_memory::{
+    Address, Bytes, GuestAddress, GuestAddressSpace, GuestMemory, GuestMemoryAtomic,
+    GuestMemoryLoadGuard, GuestMemoryMmap,
+};
 
 use super::request::{
-    copy_to, GuestSegment, Limits, Range, Request, RequestKind, Segment, VIRTIO_BLK_ID_BYTES,
-    VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, VIRTIO_BLK_S_UNSUPP,
+    copy_to, Limits, Request, RequestKind, Segment, VIRTIO_BLK_ID_BYTES, VIRTIO_BLK_S_IOERR,
+    VIRTIO_BLK_S_OK, VIRTIO_BLK_S_UNSUPP,
 };
-use crate::card::command::ResponseType;
 use crate::card::ext_csd as ext;
 use crate::card::registers::decode_cid;
-use crate::card::{r1, Card, Partition, PowerDown};
-use crate::host::mmc::{HostCaps, MmcError, MmcHost};
-use crate::host::sdhci::{MmcCommand, MmcData, MmcRequest, SdhciCompletion, SdhciConfig};
+use crate::card::{Card, PowerDown};
+use crate::host::blkdrv::{Advance, BlkConfig, BlkData, BlkError, MmcBlk};
+use crate::host::iosched::Elevator;
+use crate::host::mmc::{MmcError, MmcHost, MmcHostOps};
+use crate::host::packing::{BlkOp, BlkRequest, PackingMode};
+use crate::host::sdhci::SdhciConfig;
 use crate::model::DeviceModel;
 use crate::timing::Nanos;
 
-/// CMD38 arguments the target uses.
-const DISCARD_ARG: u32 = 0x0000_0003;
-const TRIM_ARG: u32 = 0x0000_0001;
-const SECURE_TRIM1_ARG: u32 = 0x8000_0001;
-const SECURE_TRIM2_ARG: u32 = 0x8000_8000;
-/// The largest request the host takes (SDHCI with ADMA2 in Linux: 512 KiB).
-pub const MAX_REQUEST_SECTORS: u32 = 1024;
-/// Scatter-gather limits (Linux's sdhci: 128 segments of at most 64 KiB).
-pub const SEG_MAX: u32 = 128;
+/// Scatter-gather limits advertised to the guest: at most 64 KiB per segment (an ADMA2
+/// descriptor) and the host's segment count.
 pub const SIZE_MAX: u32 = 65_536;
+/// The most segments a request may have (Linux's sdhci: 128).
+pub const SEG_MAX: u32 = 128;
 
 /// What the card can do, as the frontend advertises it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Capabilities {
     pub discard: bool,
-    pub write_zeroes_by_trim: bool,
+    pub write_zeroes: bool,
+    /// Write zeroes by trim (erased memory reads zero): the device may unmap.
+    pub write_zeroes_may_unmap: bool,
     pub secure_erase: bool,
     pub read_only: bool,
 }
 
-/// The card behind the frontend.
-pub struct CardTarget {
-    host: MmcHost,
-    caps: Capabilities,
-    limits: Limits,
-    serial: [u8; VIRTIO_BLK_ID_BYTES],
-    zeroes: Vec<u8>,
+/// The host driver's policies for the frontend.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DriverPolicy {
+    pub packing: PackingMode,
+    pub elevator: Elevator,
 }
 
-/// The outcome of one request: status byte, bytes written to the guest, and the card
-/// time it completed at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Outcome {
+impl Default for DriverPolicy {
+    /// No packing and no reordering: the guest's block layer already scheduled.
+    fn default() -> Self {
+        DriverPolicy {
+            packing: PackingMode::Off,
+            elevator: Elevator::Noop,
+        }
+    }
+}
+
+/// A request that finished: its virtqueue head, status, bytes written into the guest's
+/// buffers (the status byte not included), and card times.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finished {
+    pub head: u16,
     pub status: u8,
     pub written: u32,
-    pub done_at: Nanos,
+    pub arrival: Nanos,
+    pub at: Nanos,
+    pub req: Request,
 }
 
-fn r1(opcode: u8, arg: u32) -> MmcCommand {
-    MmcCommand::new(opcode, arg, ResponseType::R1)
+/// A request in the driver.
+#[derive(Debug)]
+struct InFlight {
+    head: u16,
+    req: Request,
+    arrival: Nanos,
+    /// Sectors (data requests) or completions (others) still to come.
+    left: u64,
+    status: u8,
+}
+
+/// The driver's data path into guest memory, and the requests in flight.
+#[derive(Default)]
+pub struct GuestData {
+    mem: Option<GuestMemoryAtomic<GuestMemoryMmap>>,
+    reqs: HashMap<u64, InFlight>,
+}
+
+/// The guest addresses holding bytes `[offset, offset + len)` of a request's data, as
+/// (address, range of those bytes).
+fn guest_pieces(
+    segs: &[Segment],
+    offset: u64,
+    len: usize,
+) -> impl Iterator<Item = (GuestAddress, std::ops::Range<usize>)> + '_ {
+    let mut skip = offset;
+    let mut pos = 0usize;
+    segs.iter().filter_map(move |s| {
+        let seg_len = u64::from(s.len);
+        if skip >= seg_len || pos == len {
+            skip = skip.saturating_sub(seg_len);
+            return None;
+        }
+        let n = ((seg_len - skip) as usize).min(len - pos);
+        let piece = (s.addr.unchecked_add(skip), pos..pos + n);
+        pos += n;
+        skip = 0;
+        Some(piece)
+    })
+}
+
+impl GuestData {
+    /// The request `req` belongs to, the byte offset of `lba` in its data and the guest
+    /// memory; `None` (and a log line) when it is gone.
+    fn locate(
+        &mut self,
+        req: &BlkRequest,
+        lba: u64,
+    ) -> Option<(&mut InFlight, u64, GuestMemoryLoadGuard<GuestMemoryMmap>)> {
+        let mem = self.mem.as_ref()?.memory();
+        let f = self.reqs.get_mut(&req.id)?;
+        let offset = lba.checked_sub(f.req.sector)? * 512;
+        Some((f, offset, mem))
+    }
+
+    fn unmapped(f: &mut InFlight, offset: u64) {
+        log::warn!(
+            "request {}: guest buffer at byte {offset} is not mapped any more",
+            f.head
+        );
+        f.status = VIRTIO_BLK_S_IOERR;
+    }
+}
+
+impl BlkData for GuestData {
+    fn write_data(&mut self, req: &BlkRequest, lba: u64, buf: &mut [u8]) {
+        let Some((f, offset, mem)) = self.locate(req, lba) else {
+            buf.fill(0);
+            return;
+        };
+        let len = buf.len();
+        let ok = guest_pieces(&f.req.data, offset, len)
+            .all(|(at, r)| mem.read_slice(&mut buf[r], at).is_ok());
+        if !ok {
+            buf.fill(0);
+            Self::unmapped(f, offset);
+        }
+    }
+
+    fn read_data(&mut self, req: &BlkRequest, lba: u64, buf: &[u8]) {
+        let Some((f, offset, mem)) = self.locate(req, lba) else {
+            return;
+        };
+        let ok = guest_pieces(&f.req.data, offset, buf.len())
+            .all(|(at, r)| mem.write_slice(&buf[r], at).is_ok());
+        if !ok {
+            Self::unmapped(f, offset);
+        }
+    }
 }
 
 /// The GET_ID string: manufacturer, product name and serial from the CID, NUL-padded.
@@ -77,70 +181,62 @@ pub fn serial_from_cid(cid: &[u8; 16], ext_csd_rev: u8) -> [u8; VIRTIO_BLK_ID_BY
     id
 }
 
-/// Cut a scatter-gather list into pieces of at most `max_bytes` (a multiple of 512),
-/// splitting a segment where a piece ends. Yields (byte offset of the piece, its segments).
-/// A piece holds a run of the original segments, so it never has more than they do.
-pub fn split_segments(
-    segs: &[Segment],
-    max_bytes: u64,
-) -> impl Iterator<Item = (u64, Vec<Segment>)> + '_ {
-    let mut index = 0;
-    let mut within = 0u32;
-    let mut offset = 0u64;
-    std::iter::from_fn(move || {
-        let start = offset;
-        let mut piece = Vec::new();
-        let mut bytes = 0u64;
-        while index < segs.len() && bytes < max_bytes {
-            let seg = segs[index];
-            let take = u64::from(seg.len - within).min(max_bytes - bytes) as u32;
-            piece.push(Segment {
-                addr: GuestAddress(seg.addr.0 + u64::from(within)),
-                len: take,
-            });
-            bytes += u64::from(take);
-            within += take;
-            if within == seg.len {
-                index += 1;
-                within = 0;
-            }
-        }
-        offset += bytes;
-        (!piece.is_empty()).then_some((start, piece))
-    })
+/// The card behind the frontend, driven by the MMC block driver.
+pub struct CardTarget {
+    drv: MmcBlk<MmcHost, GuestData>,
+    caps: Capabilities,
+    limits: Limits,
+    serial: [u8; VIRTIO_BLK_ID_BYTES],
+    next_id: u64,
+    finished: Vec<Finished>,
+}
+
+fn driver_config(model: &DeviceModel, policy: &DriverPolicy) -> BlkConfig {
+    BlkConfig {
+        packing: policy.packing,
+        elevator: policy.elevator,
+        // The guest's block layer merged already; each virtio request completes alone.
+        merge: false,
+        ..BlkConfig::for_model(&model.host)
+    }
 }
 
 impl CardTarget {
-    /// Bring `card` up as Linux would with the host of `model.host`.
-    pub fn new(card: Card, model: &DeviceModel) -> Result<CardTarget, MmcError> {
-        let mut host = MmcHost::with_config(card, SdhciConfig::for_model(&model.host));
-        let e = host.mmc_init_card(&HostCaps::for_model(&model.host))?;
-        let sectors = host.card.partition_sectors(Partition::User);
+    /// Bring `card` up as Linux's driver would with the host of `model.host`.
+    pub fn new(card: Card, model: &DeviceModel, policy: &DriverPolicy) -> Result<Self, MmcError> {
+        let host = MmcHost::with_config(card, SdhciConfig::for_model(&model.host));
+        let cfg = driver_config(model, policy);
+        let drv = MmcBlk::probe_with_data(host, cfg, GuestData::default())?;
+        let cfg = drv.config();
+        let e = drv.card().ext_csd;
+        let sectors = drv.sectors();
         let features = e[ext::SEC_FEATURE_SUPPORT];
         let trim = features & ext::SEC_GB_CL_EN != 0;
         let caps = Capabilities {
-            discard: e[ext::EXT_CSD_REV] >= 6,
-            write_zeroes_by_trim: trim && e[ext::ERASED_MEM_CONT] & 1 == 0,
-            secure_erase: trim && features & ext::SECURE_ER_EN != 0,
-            read_only: host.card.user_area_write_protected(),
+            discard: true,
+            write_zeroes: true,
+            write_zeroes_may_unmap: trim && e[ext::ERASED_MEM_CONT] & 1 == 0,
+            secure_erase: features & ext::SECURE_ER_EN != 0,
+            read_only: drv.host().card.user_area_write_protected(),
         };
-        let serial = serial_from_cid(&host.card.cid(), e[ext::EXT_CSD_REV]);
+        let serial = serial_from_cid(&drv.host().card.cid(), e[ext::EXT_CSD_REV]);
+        let max_range_sectors = u32::try_from(sectors.min(u64::from(u32::MAX))).unwrap_or(u32::MAX);
         Ok(CardTarget {
-            host,
-            caps,
             limits: Limits {
                 capacity: sectors,
                 size_max: SIZE_MAX,
-                seg_max: SEG_MAX,
-                // What a driver that honours seg_max and size_max can form; larger
-                // requests are split into MMC requests of MAX_REQUEST_SECTORS.
-                max_sectors: SEG_MAX * (SIZE_MAX / 512),
+                seg_max: cfg.max_segments.min(SEG_MAX),
+                // What a driver honouring seg_max and size_max can form; the MMC driver
+                // splits it into requests of its max_sectors.
+                max_sectors: cfg.max_segments.min(SEG_MAX) * (SIZE_MAX / 512),
                 max_ranges: 1,
-                max_range_sectors: u32::try_from(sectors.min(u64::from(u32::MAX)))
-                    .unwrap_or(u32::MAX),
+                max_range_sectors,
             },
+            drv,
+            caps,
             serial,
-            zeroes: Vec::new(),
+            next_id: 0,
+            finished: Vec::new(),
         })
     }
 
@@ -157,255 +253,200 @@ impl CardTarget {
     }
 
     pub fn card(&self) -> &Card {
-        &self.host.card
+        &self.drv.host().card
     }
 
-    /// Card time now (the end of the last request, or later if the card idled).
+    pub fn driver(&self) -> &MmcBlk<MmcHost, GuestData> {
+        &self.drv
+    }
+
+    /// The guest memory the data path reads and writes.
+    pub fn set_memory(&mut self, mem: Option<GuestMemoryAtomic<GuestMemoryMmap>>) {
+        self.drv.data_mut().mem = mem;
+    }
+
+    /// Card time now.
     pub fn now(&self) -> Nanos {
-        self.host.now
+        self.drv.now()
     }
 
-    /// Let the card idle until `t` (a request arrives then).
-    pub fn idle_until(&mut self, t: Nanos) {
-        if t > self.host.now {
-            self.host.now = t;
-            self.host.card.advance(t);
-        }
+    /// Requests submitted and not finished.
+    pub fn in_flight(&self) -> usize {
+        self.drv.data().reqs.len()
     }
 
-    /// Execute `req` arriving at card time `arrival`; data moves to and from `mem`.
-    pub fn execute<M: GuestMemory + ?Sized>(
-        &mut self,
-        mem: &M,
-        req: &Request,
-        arrival: Nanos,
-    ) -> Outcome {
-        self.idle_until(arrival);
-        let (status, written) = match self.run(mem, req) {
-            Ok(written) => (VIRTIO_BLK_S_OK, written),
-            Err(code) => (code, 0),
-        };
-        Outcome {
+    /// When the driver next has work of its own (see [`MmcBlk::next_event`]).
+    pub fn next_event(&self) -> Option<Nanos> {
+        self.drv.next_event()
+    }
+
+    fn finish_now(&mut self, head: u16, req: Request, arrival: Nanos, status: u8, written: u32) {
+        self.finished.push(Finished {
+            head,
             status,
             written,
-            done_at: self.host.now,
-        }
+            arrival,
+            at: arrival.max(self.drv.now()),
+            req,
+        });
     }
 
-    fn run<M: GuestMemory + ?Sized>(&mut self, mem: &M, req: &Request) -> Result<u32, u8> {
-        match req.kind {
-            RequestKind::Read => {
-                self.transfer(mem, req, false)?;
-                Ok(req.data_len as u32)
-            }
-            RequestKind::Write => {
-                if self.caps.read_only {
-                    return Err(VIRTIO_BLK_S_IOERR);
-                }
-                self.transfer(mem, req, true)?;
-                Ok(0)
-            }
-            RequestKind::Flush => {
-                if self.host.card.ext_csd()[ext::CACHE_CTRL] & ext::CACHE_EN != 0 {
-                    self.host
-                        .mmc_flush_cache()
-                        .map_err(|e| self.failed("flush", &e.to_string()))?;
-                }
-                Ok(0)
-            }
+    /// A checked request from the queue arrives at card time `arrival` (or the driver's
+    /// clock, if that is later). GET_ID and requests the card cannot take finish at once.
+    pub fn submit<M: GuestMemory + ?Sized>(
+        &mut self,
+        mem: &M,
+        head: u16,
+        req: Request,
+        arrival: Nanos,
+    ) {
+        // The driver's clock must reach the arrival first (as the block layer's would):
+        // what was due before it runs, and the request cannot start before it arrived.
+        if arrival > self.drv.now() {
+            self.run_until(arrival);
+        }
+        let arrival = arrival.max(self.drv.now());
+        let writes = !matches!(
+            req.kind,
+            RequestKind::Read | RequestKind::GetId | RequestKind::Flush
+        );
+        if writes && self.caps.read_only {
+            log::warn!("request {head}: the user area is write-protected");
+            return self.finish_now(head, req, arrival, VIRTIO_BLK_S_IOERR, 0);
+        }
+        let (op, lba, sectors) = match req.kind {
             RequestKind::GetId => {
-                let n = copy_to(mem, &req.data, &self.serial);
-                Ok(n as u32)
+                let n = copy_to(mem, &req.data, &self.serial) as u32;
+                return self.finish_now(head, req, arrival, VIRTIO_BLK_S_OK, n);
             }
-            RequestKind::Discard => {
-                self.require(self.caps.discard)?;
-                for r in &req.ranges {
-                    self.erase(*r, DISCARD_ARG, None)?;
-                }
-                Ok(0)
+            RequestKind::SecureErase if !self.caps.secure_erase => {
+                return self.finish_now(head, req, arrival, VIRTIO_BLK_S_UNSUPP, 0);
             }
-            RequestKind::WriteZeroes => {
-                for r in &req.ranges {
-                    if self.caps.write_zeroes_by_trim {
-                        self.erase(*r, TRIM_ARG, None)?;
-                    } else {
-                        self.write_zeroes(*r)?;
-                    }
-                }
-                Ok(0)
-            }
-            RequestKind::SecureErase => {
-                self.require(self.caps.secure_erase)?;
-                for r in &req.ranges {
-                    // Secure trim purges exactly the range; secure erase would take whole
-                    // erase groups, including data outside it.
-                    self.erase(*r, SECURE_TRIM1_ARG, Some(SECURE_TRIM2_ARG))?;
-                }
-                Ok(0)
-            }
-        }
-    }
-
-    fn require(&self, supported: bool) -> Result<(), u8> {
-        if supported {
-            Ok(())
-        } else {
-            Err(VIRTIO_BLK_S_UNSUPP)
-        }
-    }
-
-    fn failed(&self, what: &str, why: &str) -> u8 {
-        log::warn!("{what} failed: {why}");
-        VIRTIO_BLK_S_IOERR
-    }
-
-    fn address(&self, lba: u64) -> u32 {
-        if self.host.card.model().sector_addressing() {
-            lba as u32
-        } else {
-            (lba * 512) as u32
-        }
-    }
-
-    fn check(&self, what: &str, done: &SdhciCompletion) -> Result<(), u8> {
-        if let Some(e) = done.error() {
-            return Err(self.failed(what, &format!("controller error {e:?}")));
-        }
-        for c in [done.sbc.as_ref(), Some(&done.cmd)].into_iter().flatten() {
-            if c.issued && c.resp[0] & r1::ERRORS != 0 {
-                return Err(self.failed(
-                    what,
-                    &format!("CMD{} status {}", c.opcode, r1::describe(c.resp[0])),
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    /// A read or write, split as the block layer splits for the host's queue limits: at
-    /// most [`MAX_REQUEST_SECTORS`] per MMC request (the parser already holds the segment
-    /// count to [`SEG_MAX`]).
-    fn transfer<M: GuestMemory + ?Sized>(
-        &mut self,
-        mem: &M,
-        req: &Request,
-        write: bool,
-    ) -> Result<(), u8> {
-        let max_bytes = u64::from(MAX_REQUEST_SECTORS) * 512;
-        for (offset, piece) in split_segments(&req.data, max_bytes) {
-            self.transfer_piece(mem, req.sector + offset / 512, &piece, write)?;
-        }
-        Ok(())
-    }
-
-    /// One MMC read or write: CMD23 + CMD18/CMD25, or CMD17/CMD24 for a single block.
-    fn transfer_piece<M: GuestMemory + ?Sized>(
-        &mut self,
-        mem: &M,
-        sector: u64,
-        segments: &[Segment],
-        write: bool,
-    ) -> Result<(), u8> {
-        let bytes: u64 = segments.iter().map(|s| u64::from(s.len)).sum();
-        let blocks = (bytes / 512) as u32;
-        let address = self.address(sector);
-        let mut sg: Vec<GuestSegment<'_, M>> = segments
-            .iter()
-            .map(|&seg| GuestSegment { mem, seg })
-            .collect();
-        let data = if write {
-            MmcData::write(512, blocks, &mut sg)
-        } else {
-            MmcData::read(512, blocks, &mut sg)
-        };
-        let mrq = if blocks == 1 {
-            MmcRequest {
-                sbc: None,
-                cmd: r1(if write { 24 } else { 17 }, address),
-                data: Some(data),
-                stop: None,
-            }
-        } else {
-            MmcRequest {
-                sbc: Some(r1(23, blocks)),
-                cmd: r1(if write { 25 } else { 18 }, address),
-                data: Some(data),
-                stop: Some(MmcCommand::new(
-                    12,
-                    0,
-                    if write {
-                        ResponseType::R1b
-                    } else {
-                        ResponseType::R1
-                    },
-                )),
+            RequestKind::Read => (BlkOp::Read, req.sector, req.data_len / 512),
+            RequestKind::Write => (BlkOp::Write, req.sector, req.data_len / 512),
+            RequestKind::Flush => (BlkOp::Flush, 0, 0),
+            RequestKind::Discard | RequestKind::WriteZeroes | RequestKind::SecureErase => {
+                let op = match req.kind {
+                    RequestKind::Discard => BlkOp::Discard,
+                    RequestKind::WriteZeroes => BlkOp::WriteZeroes,
+                    _ => BlkOp::SecureErase,
+                };
+                // The parser allows one range (max_discard_seg = 1).
+                let r = req.ranges[0];
+                (op, r.sector, u64::from(r.sectors))
             }
         };
-        let done = self.host.mmc_wait_for_req(mrq);
-        self.check(if write { "write" } else { "read" }, &done)
+        self.next_id += 1;
+        let id = self.next_id;
+        let data_op = matches!(op, BlkOp::Read | BlkOp::Write);
+        let segments = if data_op { req.data.len() as u32 } else { 1 };
+        let block = BlkRequest {
+            segments: segments.max(1),
+            ..BlkRequest::new(id, op, lba, sectors as u32)
+        };
+        self.drv.data_mut().reqs.insert(
+            id,
+            InFlight {
+                head,
+                req,
+                arrival,
+                left: if data_op { sectors } else { 1 },
+                status: VIRTIO_BLK_S_OK,
+            },
+        );
+        self.drv.submit(block, arrival);
     }
 
-    fn command(&mut self, cmd: MmcCommand) -> Result<(), u8> {
-        let done = self.host.mmc_wait_for_req(MmcRequest::command(cmd));
-        self.check("erase", &done)
-    }
-
-    /// CMD35/CMD36/CMD38 over `range` (and a second CMD38 for secure trim step 2).
-    fn erase(&mut self, range: Range, arg: u32, then: Option<u32>) -> Result<(), u8> {
-        let last = range.sector + u64::from(range.sectors) - 1;
-        self.command(r1(35, self.address(range.sector)))?;
-        self.command(r1(36, self.address(last)))?;
-        self.command(MmcCommand::new(38, arg, ResponseType::R1b))?;
-        if let Some(arg2) = then {
-            self.command(r1(35, self.address(range.sector)))?;
-            self.command(r1(36, self.address(last)))?;
-            self.command(MmcCommand::new(38, arg2, ResponseType::R1b))?;
+    /// Run the driver up to card time `until` (`Nanos::MAX`: until every request has
+    /// finished, without idling past the last). Finished requests are in
+    /// [`CardTarget::take_finished`].
+    pub fn run_until(&mut self, until: Nanos) {
+        loop {
+            if until == Nanos::MAX && !self.drv.in_progress() {
+                break;
+            }
+            let state = self.drv.advance(until);
+            for c in self.drv.take_completions() {
+                self.completed(c.req, c.at, c.result);
+            }
+            if state != Advance::Completed {
+                break;
+            }
         }
-        Ok(())
     }
 
-    /// Write zero blocks over `range` in maximum-size requests.
-    fn write_zeroes(&mut self, range: Range) -> Result<(), u8> {
-        let mut lba = range.sector;
-        let end = range.sector + u64::from(range.sectors);
-        self.zeroes.resize(MAX_REQUEST_SECTORS as usize * 512, 0);
-        while lba < end {
-            let n = (end - lba).min(u64::from(MAX_REQUEST_SECTORS)) as u32;
-            let address = self.address(lba);
-            let zeroes = std::mem::take(&mut self.zeroes);
-            let mut sg = [&zeroes[..n as usize * 512]];
-            let mrq = MmcRequest {
-                sbc: Some(r1(23, n)),
-                cmd: r1(25, address),
-                data: Some(MmcData::write(512, n, &mut sg)),
-                stop: Some(MmcCommand::new(12, 0, ResponseType::R1b)),
+    fn completed(&mut self, block: BlkRequest, at: Nanos, result: Result<(), BlkError>) {
+        let data = self.drv.data_mut();
+        let Some(f) = data.reqs.get_mut(&block.id) else {
+            log::error!("completion of unknown request {}", block.id);
+            return;
+        };
+        if let Err(e) = &result {
+            log::warn!("request {}: {e}", f.head);
+            f.status = match e {
+                BlkError::NotSupported(_) => VIRTIO_BLK_S_UNSUPP,
+                _ => VIRTIO_BLK_S_IOERR,
             };
-            let done = self.host.mmc_wait_for_req(mrq);
-            self.zeroes = zeroes;
-            self.check("write zeroes", &done)?;
-            lba += u64::from(n);
         }
-        Ok(())
+        let done = match block.op {
+            BlkOp::Read | BlkOp::Write => u64::from(block.sectors),
+            _ => 1,
+        };
+        f.left = f.left.saturating_sub(done);
+        if f.left > 0 {
+            return;
+        }
+        let f = data.reqs.remove(&block.id).expect("present above");
+        let written = if f.req.kind == RequestKind::Read && f.status == VIRTIO_BLK_S_OK {
+            f.req.data_len as u32
+        } else {
+            0
+        };
+        self.finished.push(Finished {
+            head: f.head,
+            status: f.status,
+            written,
+            arrival: f.arrival,
+            at,
+            req: f.req,
+        });
+    }
+
+    /// Requests finished since the last call, in completion order.
+    pub fn take_finished(&mut self) -> Vec<Finished> {
+        std::mem::take(&mut self.finished)
+    }
+
+    /// Forget the requests of a frontend that went away.
+    fn abandon_requests(&mut self) {
+        let n = self.drv.data().reqs.len();
+        if n > 0 {
+            log::info!("{n} requests of the departed frontend are dropped");
+        }
+        self.drv.data_mut().reqs.clear();
+        self.finished.clear();
     }
 
     /// The frontend went away: power the card down cleanly (cache written back, image
     /// synced) and bring it up again for the next one, as a rebooted machine would.
-    pub fn restart(&mut self, model: &DeviceModel) -> Result<(), MmcError> {
+    pub fn restart(&mut self) -> Result<(), MmcError> {
+        self.abandon_requests();
         self.shutdown();
-        let now = self.host.now;
-        self.host.card.power_cycle(now, PowerDown::Clean);
-        self.host.mmc_init_card(&HostCaps::for_model(&model.host))?;
-        Ok(())
+        let host = self.drv.host_mut();
+        let now = host.now();
+        host.card.power_cycle(now, PowerDown::Clean);
+        self.drv.reprobe()
     }
 
     /// Clean shutdown: write the cache back, notify power-off, make the image durable.
     pub fn shutdown(&mut self) {
-        if self.host.card.ext_csd()[ext::CACHE_CTRL] & ext::CACHE_EN != 0 {
-            if let Err(e) = self.host.mmc_flush_cache() {
+        let host = self.drv.host_mut();
+        if host.card.ext_csd()[ext::CACHE_CTRL] & ext::CACHE_EN != 0 {
+            if let Err(e) = host.mmc_flush_cache() {
                 log::warn!("flush at shutdown: {e}");
             }
         }
-        let now = self.host.now;
-        self.host.card.power_off(now, PowerDown::Clean);
+        let now = host.now();
+        host.card.power_off(now, PowerDown::Clean);
     }
 }

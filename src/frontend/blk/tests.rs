@@ -11,7 +11,7 @@ use vmm_sys_util::epoll::EventSet;
 
 use super::backend::{EmmcBlkBackend, Pacing, TIMER_EVENT};
 use super::request::*;
-use super::target::CardTarget;
+use super::target::{CardTarget, DriverPolicy};
 use crate::card::Card;
 use crate::model::{ConstantTimingModel, DeviceModel, TimingModel};
 use crate::store::MemStore;
@@ -46,9 +46,13 @@ fn model(program_ns: u64) -> DeviceModel {
 
 impl Rig {
     fn new(model: DeviceModel, pacing: Pacing) -> Rig {
+        Rig::with_policy(model, pacing, DriverPolicy::default())
+    }
+
+    fn with_policy(model: DeviceModel, pacing: Pacing, policy: DriverPolicy) -> Rig {
         let layout = Card::layout_for(&model);
         let card = Card::new(model.clone(), Box::new(MemStore::new(layout))).unwrap();
-        let target = CardTarget::new(card, &model).unwrap();
+        let target = CardTarget::new(card, &model, &policy).unwrap();
         let backend = EmmcBlkBackend::new(target, pacing).unwrap();
         let guest = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x100_0000)]).unwrap();
         let mem = GuestMemoryAtomic::new(guest);
@@ -521,26 +525,6 @@ fn an_idle_backend_polls_the_ring_for_the_next_request_within_its_window() {
     assert_eq!(rig.used().len(), 1);
 }
 
-#[test]
-fn split_segments_cuts_at_the_byte_limit_and_keeps_every_byte_once() {
-    use super::target::split_segments;
-    let seg = |addr: u64, len: u32| Segment {
-        addr: GuestAddress(addr),
-        len,
-    };
-    let segs = [seg(0x1000, 1536), seg(0x9000, 512), seg(0x20000, 3072)];
-    let pieces: Vec<(u64, Vec<Segment>)> = split_segments(&segs, 2048).collect();
-    assert_eq!(
-        pieces,
-        vec![
-            (0, vec![seg(0x1000, 1536), seg(0x9000, 512)]),
-            (2048, vec![seg(0x20000, 2048)]),
-            (4096, vec![seg(0x20800, 1024)]),
-        ]
-    );
-    assert_eq!(split_segments(&[], 2048).count(), 0);
-}
-
 /// Linux's virtio_blk sends requests up to max_sectors_kb (1280 KiB by default), more than
 /// one MMC request carries: they are split, not refused.
 #[test]
@@ -566,5 +550,146 @@ fn a_request_larger_than_the_host_takes_is_split_into_mmc_requests() {
     assert!(
         commands >= 3 * 2,
         "1280 KiB at 512 KiB per request is three CMD23+CMD18 pairs, saw {commands} commands"
+    );
+}
+
+/// Writes queued together go out as packed commands when the driver packs, and every
+/// byte lands where its request said.
+#[test]
+fn queued_writes_are_packed_by_the_host_driver_and_read_back_intact() {
+    let policy = DriverPolicy {
+        packing: crate::host::packing::PackingMode::Always,
+        ..Default::default()
+    };
+    let mut rig = Rig::with_policy(model(0), Pacing::Off, policy);
+    // Eight 4 KiB writes in one kick, each with its own header, data and status.
+    for i in 0..8u64 {
+        let hdr = HDR + i * 16;
+        let data = DATA + i * 4096;
+        let status = STATUS + i;
+        rig.write_header(hdr, VIRTIO_BLK_T_OUT, 1000 + i * 64);
+        rig.mem
+            .memory()
+            .write_slice(&[i as u8 + 1; 4096], GuestAddress(data))
+            .unwrap();
+        rig.stage(&[(hdr, 16, false), (data, 4096, false), (status, 1, true)]);
+    }
+    rig.publish();
+    rig.kick();
+    assert_eq!(rig.used().len(), 8);
+    for i in 0..8u64 {
+        assert_eq!(rig.status(STATUS + i), VIRTIO_BLK_S_OK, "write {i}");
+    }
+    let packed = rig
+        .backend
+        .with_target(|t| t.driver().stats().packed_writes);
+    assert!(packed >= 1, "the writes were packed");
+    for i in 0..8u64 {
+        assert_eq!(read(&mut rig, 1000 + i * 64, 4096), vec![i as u8 + 1; 4096]);
+    }
+}
+
+/// With real-time pacing a request that arrives while the card is busy waits in the
+/// driver's queue, as on hardware: writes arriving during a slow write are packed.
+#[test]
+fn in_real_time_requests_arriving_while_the_card_is_busy_queue_behind_it() {
+    let mut m = model(15_000_000); // 15 ms per program: one write keeps the card busy
+    m.ext_csd.cache_size = 0;
+    let policy = DriverPolicy {
+        packing: crate::host::packing::PackingMode::Always,
+        ..Default::default()
+    };
+    let mut rig = Rig::with_policy(m, Pacing::Realtime { scale: 1.0 }, policy);
+    let start = Instant::now();
+    // The first write occupies the card.
+    rig.write_header(HDR, VIRTIO_BLK_T_OUT, 0);
+    rig.push(&[(HDR, 16, false), (DATA, 4096, false), (STATUS, 1, true)]);
+    rig.kick();
+    // Three more arrive a little later, one kick each, while it programs.
+    for i in 1..4u64 {
+        std::thread::sleep(Duration::from_millis(1));
+        let hdr = HDR + i * 16;
+        rig.write_header(hdr, VIRTIO_BLK_T_OUT, i * 64);
+        rig.push(&[
+            (hdr, 16, false),
+            (DATA + i * 4096, 4096, false),
+            (STATUS + i, 1, true),
+        ]);
+        rig.kick();
+    }
+    let mut done = 0;
+    while done < 4 {
+        assert!(start.elapsed() < Duration::from_secs(10), "never completed");
+        std::thread::sleep(Duration::from_millis(1));
+        rig.tick();
+        done += rig.used().len();
+    }
+    let (packed, requests) = rig.backend.with_target(|t| {
+        let s = t.driver().stats();
+        (s.packed_writes, s.mmc_requests)
+    });
+    assert_eq!(
+        packed, 1,
+        "the three that queued behind the first went as one packed write"
+    );
+    assert_eq!(requests, 2);
+    assert!(
+        start.elapsed() >= Duration::from_millis(30),
+        "two programs of 15 ms each, took {:?}",
+        start.elapsed()
+    );
+}
+
+/// A request that arrives after the card has idled for a while starts when it arrives,
+/// not when the card went idle: its modelled completion is its arrival plus its service.
+#[test]
+fn in_real_time_a_request_never_starts_before_it_arrived() {
+    let mut m = model(3_000_000);
+    m.ext_csd.cache_size = 0;
+    let mut rig = Rig::new(m, Pacing::Realtime { scale: 1.0 });
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("trace.txt");
+    let file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    let origin = rig.backend.card_now();
+    rig.backend
+        .set_trace(crate::sim::trace::TraceWriter::new(file, origin, "test").unwrap());
+    let wait_used = |rig: &mut Rig| {
+        let t0 = Instant::now();
+        loop {
+            assert!(t0.elapsed() < Duration::from_secs(5), "never completed");
+            std::thread::sleep(Duration::from_millis(1));
+            rig.tick();
+            if !rig.used().is_empty() {
+                return;
+            }
+        }
+    };
+    write(&mut rig, 0, &[1u8; 4096]);
+    wait_used(&mut rig);
+    std::thread::sleep(Duration::from_millis(30));
+    write(&mut rig, 64, &[2u8; 4096]);
+    wait_used(&mut rig);
+    rig.backend.shutdown();
+    let rows: Vec<(u64, u64)> = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            let f: Vec<u64> = l
+                .split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            (f[0], f[3])
+        })
+        .collect();
+    assert_eq!(rows.len(), 2);
+    let (arrival, done) = rows[1];
+    assert!(
+        arrival >= rows[0].1 + 25_000_000,
+        "it arrived after the idle gap"
+    );
+    assert!(
+        done >= arrival + 3_000_000,
+        "completed at {done}, arrived at {arrival}: the 3 ms program starts on arrival"
     );
 }
