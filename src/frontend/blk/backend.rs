@@ -33,6 +33,7 @@ use vmm_sys_util::timerfd::TimerFd;
 
 use super::request::{parse, ParseError, Request, RequestKind};
 use super::target::{CardTarget, SIZE_MAX};
+use crate::sim::histogram::Histogram;
 use crate::sim::trace::TraceWriter;
 use crate::sim::workload::Op;
 use crate::timing::Nanos;
@@ -47,7 +48,7 @@ pub const QUEUE_SIZE: usize = 256;
 pub const TIMER_EVENT: u16 = NUM_QUEUES as u16 + 1;
 /// The timer fires this early and the loop spins the rest: epoll wake-up latency on a
 /// loaded machine is tens of microseconds.
-const SPIN: Duration = Duration::from_micros(150);
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(150);
 /// Rounds of run-signal-spin in one wake-up before yielding to the event loop.
 const MAX_DRIVE_ROUNDS: usize = 10_000;
 
@@ -89,12 +90,25 @@ struct Pending {
     done_at: Nanos,
 }
 
-/// Latency bookkeeping: modelled vs delivered, for the pacing checks.
-#[derive(Debug, Clone, Copy, Default)]
+/// Pacing bookkeeping: how late completions were signalled past their due time.
+#[derive(Debug, Clone, Default)]
 pub struct PacingStats {
     pub completed: u64,
-    /// Largest lateness of a completion past its due time, in nanoseconds.
-    pub max_late_ns: u64,
+    /// Lateness of each completion past its due time.
+    pub late: Histogram,
+}
+
+impl PacingStats {
+    /// One line for the log.
+    fn summary(&self) -> String {
+        format!(
+            "{} completions, lateness p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs",
+            self.completed,
+            self.late.quantile(0.5) as f64 / 1e3,
+            self.late.quantile(0.99) as f64 / 1e3,
+            self.late.max() as f64 / 1e3
+        )
+    }
 }
 
 struct Inner {
@@ -109,6 +123,8 @@ struct Inner {
     trace: Option<TraceSink>,
     /// How long to watch the avail ring for the next request once the card is idle.
     poll: Duration,
+    /// How early the timer fires before a completion is due; the rest is spun.
+    spin: Duration,
 }
 
 /// The vhost-user-blk backend around one card.
@@ -221,6 +237,7 @@ impl EmmcBlkBackend {
                 stats: PacingStats::default(),
                 trace: None,
                 poll: Duration::ZERO,
+                spin: DEFAULT_SPIN,
             }),
             timer_fd,
             config: config.as_slice().to_vec(),
@@ -241,6 +258,12 @@ impl EmmcBlkBackend {
         self.inner.lock().unwrap_or_else(|p| p.into_inner()).poll = window;
     }
 
+    /// Fire the pacing timer this long before a completion is due and spin the rest: more
+    /// costs CPU, less lets the event loop's wake-up latency show in the completions.
+    pub fn set_spin(&self, early: Duration) {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).spin = early;
+    }
+
     /// Record every request, with its arrival and completion in card time, in the trace
     /// format (`serve --trace`).
     pub fn set_trace(&self, trace: TraceSink) {
@@ -259,6 +282,9 @@ impl EmmcBlkBackend {
     /// Write back the card's cache and make the image durable (clean shutdown).
     pub fn shutdown(&self) {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if inner.stats.completed > 0 {
+            log::info!("session: {}", inner.stats.summary());
+        }
         inner.target.shutdown();
         inner.flush_trace();
     }
@@ -270,6 +296,10 @@ impl EmmcBlkBackend {
             Err(e) => log::error!("a fresh exit event for the next frontend: {e}"),
         }
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if inner.stats.completed > 0 {
+            log::info!("session: {}", inner.stats.summary());
+        }
+        inner.stats = PacingStats::default();
         inner.pending.clear();
         inner.flush_trace();
         inner.clock = None;
@@ -280,7 +310,11 @@ impl EmmcBlkBackend {
     }
 
     pub fn pacing_stats(&self) -> PacingStats {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).stats
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .stats
+            .clone()
     }
 
     /// Run `f` on the card target (tests, statistics).
@@ -412,7 +446,7 @@ impl Inner {
                 _ => None,
             };
             match card_next {
-                Some(t) if t <= Instant::now() + SPIN => {
+                Some(t) if t <= Instant::now() + self.spin => {
                     self.complete_due(vring, None)?;
                     while Instant::now() < t {
                         std::hint::spin_loop();
@@ -463,14 +497,14 @@ impl Inner {
         let mut used = false;
         while let Some(p) = self.pending.front().copied() {
             let now = Instant::now();
-            if p.due > now + SPIN {
+            if p.due > now + self.spin {
                 break;
             }
             while Instant::now() < p.due {
                 std::hint::spin_loop();
             }
             let late = Instant::now().saturating_duration_since(p.due).as_nanos() as u64;
-            self.stats.max_late_ns = self.stats.max_late_ns.max(late);
+            self.stats.late.record(late);
             self.stats.completed += 1;
             vring.add_used(p.head, p.len).map_err(io::Error::other)?;
             used = true;
@@ -488,7 +522,7 @@ impl Inner {
             Some(t) => {
                 let wait = t
                     .saturating_duration_since(Instant::now())
-                    .saturating_sub(SPIN);
+                    .saturating_sub(self.spin);
                 self.timer.reset(wait.max(Duration::from_nanos(1)), None)?;
             }
             None => self.timer.clear()?,

@@ -59,6 +59,10 @@ pub struct ServeArgs {
     /// iothread poll-max-ns.
     #[arg(long, default_value_t = 32)]
     pub poll_us: u64,
+    /// Microseconds before a completion is due at which the pacing timer fires; the rest
+    /// is spun. Raise it where the event loop wakes late (a loaded or virtualised host).
+    #[arg(long, default_value_t = super::backend::DEFAULT_SPIN.as_micros() as u64)]
+    pub spin_us: u64,
     /// The host driver's write packing: packed commands always, under write packing
     /// control (seed 000) with `--wr-threshold`, or never.
     #[arg(long, value_enum, default_value_t = PackingArg::Off)]
@@ -184,6 +188,7 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
     );
     let backend = Arc::new(EmmcBlkBackend::new(target, pacing).map_err(|e| e.to_string())?);
     backend.set_poll(std::time::Duration::from_micros(args.poll_us));
+    backend.set_spin(std::time::Duration::from_micros(args.spin_us));
     if let Some(path) = &args.trace {
         let file = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let heading = format!("vhost-user-emmc serve, model {}", model.name);
