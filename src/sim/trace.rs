@@ -15,6 +15,8 @@
 //! fifth column records when the request completed where the trace was captured; replay
 //! ignores it. See `docs/trace-format.md`.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::io::{BufRead, Write};
 
 use super::workload::{Op, Request, Workload};
@@ -47,44 +49,77 @@ fn trace_code(op: Op) -> &'static str {
 
 /// Writes the trace format: the daemon's `serve --trace`. Times are card time relative
 /// to `origin`; a request the format has no operation for is kept as a comment line.
+///
+/// Requests are recorded when they complete, which with several in flight is not the
+/// order they arrived in, but the format wants non-decreasing submission times. So lines
+/// are held until [`TraceWriter::release`] says no earlier arrival can still come, and
+/// then written in arrival order (ties in the order they were recorded).
 pub struct TraceWriter<W: Write> {
     out: W,
     origin: Nanos,
+    /// Lines not yet written: (arrival, sequence, line).
+    held: BinaryHeap<Reverse<(Nanos, u64, String)>>,
+    recorded: u64,
 }
 
 impl<W: Write> TraceWriter<W> {
     pub fn new(mut out: W, origin: Nanos, heading: &str) -> std::io::Result<Self> {
         writeln!(out, "# {heading}")?;
         writeln!(out, "# time_ns op offset_bytes length_bytes completion_ns")?;
-        Ok(TraceWriter { out, origin })
+        Ok(TraceWriter {
+            out,
+            origin,
+            held: BinaryHeap::new(),
+            recorded: 0,
+        })
+    }
+
+    fn hold(&mut self, at: Nanos, line: String) {
+        self.recorded += 1;
+        self.held.push(Reverse((at, self.recorded, line)));
     }
 
     /// One request: submitted at card time `at`, completed at `done`.
-    pub fn record(
-        &mut self,
-        at: Nanos,
-        op: Op,
-        offset: u64,
-        length: u64,
-        done: Nanos,
-    ) -> std::io::Result<()> {
+    pub fn record(&mut self, at: Nanos, op: Op, offset: u64, length: u64, done: Nanos) {
         let (t, d) = (
             at.saturating_sub(self.origin),
             done.saturating_sub(self.origin),
         );
-        writeln!(self.out, "{t} {} {offset} {length} {d}", trace_code(op))
+        self.hold(at, format!("{t} {} {offset} {length} {d}", trace_code(op)));
     }
 
     /// A request outside the format (GET_ID, write zeroes, ...), as a comment.
-    pub fn note(&mut self, at: Nanos, what: &str, done: Nanos) -> std::io::Result<()> {
+    pub fn note(&mut self, at: Nanos, what: &str, done: Nanos) {
         let (t, d) = (
             at.saturating_sub(self.origin),
             done.saturating_sub(self.origin),
         );
-        writeln!(self.out, "# {t} {what} {d}")
+        self.hold(at, format!("# {t} {what} {d}"));
     }
 
+    /// Lines held (recorded, not yet written).
+    pub fn held(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Write every held line that arrived at or before `upto`: the caller knows that no
+    /// request still in flight arrived earlier.
+    pub fn release(&mut self, upto: Nanos) -> std::io::Result<()> {
+        while let Some(Reverse((at, _, _))) = self.held.peek() {
+            if *at > upto {
+                break;
+            }
+            let Some(Reverse((_, _, line))) = self.held.pop() else {
+                break;
+            };
+            writeln!(self.out, "{line}")?;
+        }
+        Ok(())
+    }
+
+    /// Write everything held (nothing is in flight any more) and flush.
     pub fn flush(&mut self) -> std::io::Result<()> {
+        self.release(Nanos::MAX)?;
         self.out.flush()
     }
 }
@@ -186,10 +221,11 @@ mod tests {
     #[test]
     fn what_the_writer_writes_parses_back() {
         let mut w = TraceWriter::new(Vec::new(), 1_000, "test").unwrap();
-        w.record(1_000, Op::Write, 4096, 8192, 90_000).unwrap();
-        w.note(2_000, "GET_ID", 3_000).unwrap();
-        w.record(5_000, Op::Flush, 0, 0, 6_000).unwrap();
-        w.record(7_000, Op::Discard, 0, 512, 9_000).unwrap();
+        w.record(1_000, Op::Write, 4096, 8192, 90_000);
+        w.note(2_000, "GET_ID", 3_000);
+        w.record(5_000, Op::Flush, 0, 0, 6_000);
+        w.record(7_000, Op::Discard, 0, 512, 9_000);
+        w.flush().unwrap();
         let text = w.out.clone();
         let t = Trace::parse(&text[..]).unwrap();
         let ops: Vec<(Option<Nanos>, Op, u64, u32)> = t
@@ -208,6 +244,37 @@ mod tests {
         let text = String::from_utf8(text).unwrap();
         assert!(text.contains("0 W 4096 8192 89000\n"), "{text}");
         assert!(text.contains("# 1000 GET_ID 2000\n"), "{text}");
+    }
+
+    /// Completion order is not arrival order; the file is in arrival order, and a line
+    /// is written only once nothing earlier can still arrive.
+    #[test]
+    fn lines_recorded_out_of_order_are_written_in_arrival_order() {
+        let mut w = TraceWriter::new(Vec::new(), 0, "test").unwrap();
+        let header = w.out.len();
+        w.record(3_000, Op::Read, 0, 512, 4_000);
+        w.record(1_000, Op::Write, 512, 512, 5_000);
+        w.release(999).unwrap();
+        assert_eq!(w.out.len(), header, "nothing before the oldest in flight");
+        assert_eq!(w.held(), 2);
+        w.note(2_000, "GET_ID", 2_000);
+        w.release(2_500).unwrap();
+        assert_eq!(w.held(), 1, "the read at 3000 waits");
+        w.record(3_000, Op::Flush, 0, 0, 6_000);
+        w.flush().unwrap();
+        assert_eq!(w.held(), 0);
+        let text = String::from_utf8(w.out.clone()).unwrap();
+        let body: Vec<&str> = text.lines().skip(2).collect();
+        assert_eq!(
+            body,
+            [
+                "1000 W 512 512 5000",
+                "# 2000 GET_ID 2000",
+                "3000 R 0 512 4000",
+                "3000 F 0 0 6000"
+            ]
+        );
+        Trace::parse(text.as_bytes()).unwrap();
     }
 
     #[test]

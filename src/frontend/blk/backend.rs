@@ -341,7 +341,7 @@ impl Inner {
             let sectors: u64 = req.ranges.iter().map(|r| u64::from(r.sectors)).sum();
             format!("{kind} {} sectors", sectors)
         };
-        let written = match req.kind {
+        match req.kind {
             RequestKind::Read => t.record(arrival, Op::Read, offset, req.data_len, done),
             RequestKind::Write => t.record(arrival, Op::Write, offset, req.data_len, done),
             RequestKind::Flush => t.record(arrival, Op::Flush, 0, 0, done),
@@ -354,8 +354,13 @@ impl Inner {
             RequestKind::WriteZeroes => t.note(arrival, &ranged("WRITE_ZEROES"), done),
             RequestKind::SecureErase => t.note(arrival, &ranged("SECURE_ERASE"), done),
             RequestKind::GetId => t.note(arrival, "GET_ID", done),
-        };
-        if let Err(e) = written {
+        }
+    }
+
+    /// Write the trace lines no request still in flight can precede.
+    fn release_trace(&mut self) {
+        let upto = self.target.oldest_arrival().unwrap_or(Nanos::MAX);
+        if let Some(Err(e)) = self.trace.as_mut().map(|t| t.release(upto)) {
             log::error!("trace: {e}; tracing stops");
             self.trace = None;
         }
@@ -488,6 +493,7 @@ impl Inner {
                 done_at: f.at,
             });
         }
+        self.release_trace();
         Ok(())
     }
 
