@@ -31,6 +31,7 @@ use vmm_sys_util::event::{
 };
 use vmm_sys_util::timerfd::TimerFd;
 
+use super::pacing::SpinMargin;
 use super::request::{parse, ParseError, Request, RequestKind};
 use super::target::{CardTarget, SIZE_MAX};
 use crate::sim::histogram::Histogram;
@@ -46,9 +47,11 @@ pub const NUM_QUEUES: usize = 1;
 pub const QUEUE_SIZE: usize = 256;
 /// epoll data value of the pacing timer (0..=NUM_QUEUES are the library's).
 pub const TIMER_EVENT: u16 = NUM_QUEUES as u16 + 1;
-/// The timer fires this early and the loop spins the rest: epoll wake-up latency on a
-/// loaded machine is tens of microseconds.
+/// The timer fires at least this early and the loop spins the rest: epoll wake-up
+/// latency on a loaded machine is tens of microseconds.
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(150);
+/// The most the margin grows to when wake-ups come late ([`SpinMargin`]).
+pub const DEFAULT_SPIN_MAX: Duration = Duration::from_millis(1);
 /// Rounds of run-signal-spin in one wake-up before yielding to the event loop.
 const MAX_DRIVE_ROUNDS: usize = 10_000;
 
@@ -96,17 +99,26 @@ pub struct PacingStats {
     pub completed: u64,
     /// Lateness of each completion past its due time.
     pub late: Histogram,
+    /// How late the pacing timer woke the loop past the instant it was armed for.
+    pub wake_late: Histogram,
+    /// The timer's margin at the end of the session.
+    pub margin: Duration,
 }
 
 impl PacingStats {
     /// One line for the log.
     fn summary(&self) -> String {
+        let us = |ns: u64| ns as f64 / 1e3;
         format!(
-            "{} completions, lateness p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs",
+            "{} completions, lateness p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs; \
+             timer wake-ups late p50 {:.1} µs, p99 {:.1} µs; spin margin {:.0} µs",
             self.completed,
-            self.late.quantile(0.5) as f64 / 1e3,
-            self.late.quantile(0.99) as f64 / 1e3,
-            self.late.max() as f64 / 1e3
+            us(self.late.quantile(0.5)),
+            us(self.late.quantile(0.99)),
+            us(self.late.max()),
+            us(self.wake_late.quantile(0.5)),
+            us(self.wake_late.quantile(0.99)),
+            self.margin.as_secs_f64() * 1e6,
         )
     }
 }
@@ -124,7 +136,9 @@ struct Inner {
     /// How long to watch the avail ring for the next request once the card is idle.
     poll: Duration,
     /// How early the timer fires before a completion is due; the rest is spun.
-    spin: Duration,
+    spin: SpinMargin,
+    /// When the armed timer should fire.
+    armed: Option<Instant>,
 }
 
 /// The vhost-user-blk backend around one card.
@@ -237,7 +251,8 @@ impl EmmcBlkBackend {
                 stats: PacingStats::default(),
                 trace: None,
                 poll: Duration::ZERO,
-                spin: DEFAULT_SPIN,
+                spin: SpinMargin::new(DEFAULT_SPIN, DEFAULT_SPIN_MAX),
+                armed: None,
             }),
             timer_fd,
             config: config.as_slice().to_vec(),
@@ -258,10 +273,12 @@ impl EmmcBlkBackend {
         self.inner.lock().unwrap_or_else(|p| p.into_inner()).poll = window;
     }
 
-    /// Fire the pacing timer this long before a completion is due and spin the rest: more
-    /// costs CPU, less lets the event loop's wake-up latency show in the completions.
-    pub fn set_spin(&self, early: Duration) {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).spin = early;
+    /// Fire the pacing timer at least `min` and at most `max` before a completion is due,
+    /// as late as recent wake-ups have been, and spin the rest: more costs CPU, less lets
+    /// the event loop's wake-up latency show in the completions. `max` ≤ `min`: always
+    /// `min`.
+    pub fn set_spin(&self, min: Duration, max: Duration) {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).spin = SpinMargin::new(min, max);
     }
 
     /// Record every request, with its arrival and completion in card time, in the trace
@@ -282,6 +299,7 @@ impl EmmcBlkBackend {
     /// Write back the card's cache and make the image durable (clean shutdown).
     pub fn shutdown(&self) {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.stats.margin = inner.spin.get();
         if inner.stats.completed > 0 {
             log::info!("session: {}", inner.stats.summary());
         }
@@ -296,10 +314,12 @@ impl EmmcBlkBackend {
             Err(e) => log::error!("a fresh exit event for the next frontend: {e}"),
         }
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.stats.margin = inner.spin.get();
         if inner.stats.completed > 0 {
             log::info!("session: {}", inner.stats.summary());
         }
         inner.stats = PacingStats::default();
+        inner.armed = None;
         inner.pending.clear();
         inner.flush_trace();
         inner.clock = None;
@@ -310,11 +330,11 @@ impl EmmcBlkBackend {
     }
 
     pub fn pacing_stats(&self) -> PacingStats {
-        self.inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .stats
-            .clone()
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        PacingStats {
+            margin: inner.spin.get(),
+            ..inner.stats.clone()
+        }
     }
 
     /// Run `f` on the card target (tests, statistics).
@@ -451,7 +471,7 @@ impl Inner {
                 _ => None,
             };
             match card_next {
-                Some(t) if t <= Instant::now() + self.spin => {
+                Some(t) if t <= Instant::now() + self.spin.get() => {
                     self.complete_due(vring, None)?;
                     while Instant::now() < t {
                         std::hint::spin_loop();
@@ -503,7 +523,7 @@ impl Inner {
         let mut used = false;
         while let Some(p) = self.pending.front().copied() {
             let now = Instant::now();
-            if p.due > now + self.spin {
+            if p.due > now + self.spin.get() {
                 break;
             }
             while Instant::now() < p.due {
@@ -526,12 +546,18 @@ impl Inner {
         };
         match next {
             Some(t) => {
+                let now = Instant::now();
                 let wait = t
-                    .saturating_duration_since(Instant::now())
-                    .saturating_sub(self.spin);
-                self.timer.reset(wait.max(Duration::from_nanos(1)), None)?;
+                    .saturating_duration_since(now)
+                    .saturating_sub(self.spin.get())
+                    .max(Duration::from_nanos(1));
+                self.timer.reset(wait, None)?;
+                self.armed = Some(now + wait);
             }
-            None => self.timer.clear()?,
+            None => {
+                self.timer.clear()?;
+                self.armed = None;
+            }
         }
         Ok(())
     }
@@ -643,7 +669,14 @@ impl VhostUserBackend for EmmcBlkBackend {
             0 => inner.process_queue(&vrings[0])?,
             TIMER_EVENT => {
                 // Consume the expiry count; a spurious wake-up reads EAGAIN.
-                let _ = inner.timer.wait();
+                let expired = inner.timer.wait().is_ok_and(|n| n > 0);
+                // Only a real expiry says how late the timer woke us (after a spurious
+                // wake-up, or one whose timer was re-armed meanwhile, there is none).
+                if let Some(armed) = inner.armed.take().filter(|_| expired) {
+                    let late = Instant::now().saturating_duration_since(armed);
+                    inner.stats.wake_late.record(late.as_nanos() as u64);
+                    inner.spin.observe(late);
+                }
                 inner.drive(&vrings[0])?
             }
             other => return Err(io::Error::other(format!("unknown event {other}"))),

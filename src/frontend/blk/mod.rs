@@ -2,6 +2,7 @@
 //! host model and the card, completed when card time says so.
 
 pub mod backend;
+pub mod pacing;
 pub mod request;
 pub mod serve;
 pub mod target;

@@ -9,7 +9,7 @@ use virtio_queue::mock::MockSplitQueue;
 use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 
-use super::backend::{EmmcBlkBackend, Pacing, TIMER_EVENT};
+use super::backend::{EmmcBlkBackend, Pacing, DEFAULT_SPIN, DEFAULT_SPIN_MAX, TIMER_EVENT};
 use super::request::*;
 use super::target::{CardTarget, DriverPolicy};
 use crate::card::Card;
@@ -441,7 +441,13 @@ fn realtime_pacing_holds_completions_until_card_time_has_elapsed() {
         "completed after {:?}",
         start.elapsed()
     );
-    assert_eq!(rig.backend.pacing_stats().completed, 1);
+    let stats = rig.backend.pacing_stats();
+    assert_eq!(stats.completed, 1);
+    assert!(
+        stats.wake_late.count() >= 1,
+        "the timer fired and its lateness was measured"
+    );
+    assert!(stats.margin >= DEFAULT_SPIN && stats.margin <= DEFAULT_SPIN_MAX);
 }
 
 #[test]
