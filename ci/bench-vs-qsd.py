@@ -14,7 +14,8 @@ computed for each request (from `serve --trace`) against the latency the client 
 completions (the daemon's own precision) and once with one that sleeps (what a client
 that waits on the call fd sees, wake-up latency included).
 
-Usage: ci/bench-vs-qsd.py [--seconds S] [--rounds N] [--dir DIR] [--markdown]
+Usage: ci/bench-vs-qsd.py [--seconds S] [--rounds N] [--rt-seconds S] [--only peer|realtime]
+                          [--serve-args "--spin-max-us 150 ..."] [--dir DIR]
 Needs qemu-storage-daemon (Debian: qemu-utils) and a release build (done here).
 """
 
@@ -102,10 +103,10 @@ class Qsd:
 
 
 class Emmc:
-    def __init__(self, image, sock, model, timing, trace=None, log=None):
+    def __init__(self, image, sock, model, timing, trace=None, log=None, extra=()):
         self.label = f"vhost-user-emmc ({model}, timing {timing})"
         self.cmd = [EMMC, "serve", "--socket", sock, "--image", image, "--model", model,
-                    "--timing", timing]
+                    "--timing", timing, *extra]
         if trace:
             self.cmd += ["--trace", trace]
         self.sock = sock
@@ -199,8 +200,9 @@ def table_realtime(args, image, sock, workdir):
     lines = [
         fmt_row(["job (generic-emmc45, QD1)", "client", "requests", "modelled p50/p99 µs",
                  "measured p50/p99 µs", "difference p50 / p99 / max µs",
-                 "|difference| p99 µs", "daemon lateness p99 µs"]),
-        fmt_row(["---"] * 8),
+                 "|difference| p99 µs", "daemon lateness p99 µs", "timer wake-up p99 µs",
+                 "spin margin µs"]),
+        fmt_row(["---"] * 10),
     ]
     worst = {}
     for job, poll in [(j, p) for j in REALTIME_JOBS for p in (True, False)]:
@@ -208,14 +210,17 @@ def table_realtime(args, image, sock, workdir):
         trace = os.path.join(workdir, "serve.trace")
         measured_path = os.path.join(workdir, "measured.txt")
         serve_log = os.path.join(workdir, "serve.log")
-        ours = Emmc(image, sock, "generic-emmc45", "realtime", trace=trace, log=serve_log)
+        ours = Emmc(image, sock, "generic-emmc45", "realtime", trace=trace, log=serve_log,
+                    extra=args.serve_args.split())
         run_one(ours, job, args.rt_seconds, latency_out=measured_path, poll=poll)
-        lateness = "?"
+        lateness, wake, margin = "?", "?", "?"
         with open(serve_log) as f:
             for line in f:
-                m = re.search(r"session: .* p99 ([0-9.]+) µs", line)
+                m = re.search(r"session: .*?lateness p50 [0-9.]+ µs, p99 ([0-9.]+) µs.*?"
+                              r"wake-ups late p50 [0-9.]+ µs, p99 ([0-9.]+) µs; "
+                              r"spin margin ([0-9]+) µs", line)
                 if m:
-                    lateness = m.group(1)
+                    lateness, wake, margin = m.groups()
         modelled = read_trace_latencies(trace)
         with open(measured_path) as f:
             measured = [int(x) for x in f]
@@ -231,7 +236,7 @@ def table_realtime(args, image, sock, workdir):
             f"{us(quantile(modelled, 0.5))} / {us(quantile(modelled, 0.99))}",
             f"{us(quantile(measured, 0.5))} / {us(quantile(measured, 0.99))}",
             f"{us(quantile(diff, 0.5))} / {us(quantile(diff, 0.99))} / {us(max(diff))}",
-            us(p99_abs), lateness,
+            us(p99_abs), lateness, wake, margin,
         ]))
         log(f"realtime {job} ({client}): {len(diff)} requests, |diff| p99 {us(p99_abs)} us")
     return lines, worst
@@ -244,6 +249,10 @@ def main():
     ap.add_argument("--rt-seconds", type=float, default=10.0,
                     help="run time of each job of table 2")
     ap.add_argument("--dir", default="/dev/shm", help="tmpfs for the image")
+    ap.add_argument("--only", choices=["peer", "realtime"],
+                    help="run only table 1 (peer) or table 2 (realtime)")
+    ap.add_argument("--serve-args", default="",
+                    help="extra options for `serve` in table 2, e.g. '--spin-max-us 150'")
     args = ap.parse_args()
     if shutil.which("qemu-storage-daemon") is None:
         sys.exit("qemu-storage-daemon not found (Debian: apt-get install qemu-utils)")
@@ -251,46 +260,57 @@ def main():
     subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "vhost-user-emmc",
                     "-p", "blkbench"], cwd=ROOT, check=True)
     workdir = tempfile.mkdtemp(prefix="vue-bench.", dir=args.dir)
+    t1 = t2 = None
     try:
-        image = os.path.join(workdir, "card.img")
         sock = os.path.join(workdir, "vhost.sock")
-        subprocess.run([EMMC, "image", "create", "--model", "ideal", image], check=True,
-                       stdout=subprocess.DEVNULL)
-        # Fill the benchmarked span with data so that reads are not served from holes.
-        l = image_layout(image)
-        offset = 2 * l["boot_bytes"] + l["rpmb_bytes"]
-        with open(image, "r+b") as f:
-            f.seek(offset)
-            chunk = os.urandom(1 << 20)
-            for _ in range(1024):
-                f.write(chunk)
-        t1, summary = table_vs_qsd(args, image, sock)
-        # The realtime table uses the generic model on a fresh image of its own.
-        rt_image = os.path.join(workdir, "generic.img")
-        subprocess.run([EMMC, "image", "create", "--model", "generic-emmc45", rt_image],
-                       check=True, stdout=subprocess.DEVNULL)
-        t2, worst = table_realtime(args, rt_image, sock, workdir)
+        if args.only != "realtime":
+            image = os.path.join(workdir, "card.img")
+            subprocess.run([EMMC, "image", "create", "--model", "ideal", image], check=True,
+                           stdout=subprocess.DEVNULL)
+            # Fill the benchmarked span with data so that reads are not served from holes.
+            l = image_layout(image)
+            offset = 2 * l["boot_bytes"] + l["rpmb_bytes"]
+            with open(image, "r+b") as f:
+                f.seek(offset)
+                chunk = os.urandom(1 << 20)
+                for _ in range(1024):
+                    f.write(chunk)
+            t1, summary = table_vs_qsd(args, image, sock)
+            os.unlink(image)
+        if args.only != "peer":
+            # The realtime table uses the generic model on a fresh image of its own.
+            rt_image = os.path.join(workdir, "generic.img")
+            subprocess.run([EMMC, "image", "create", "--model", "generic-emmc45", rt_image],
+                           check=True, stdout=subprocess.DEVNULL)
+            t2, worst = table_realtime(args, rt_image, sock, workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     cpu = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"],
                          capture_output=True, text=True).stdout.strip()
     print(f"# vhost-user-emmc vs qemu-storage-daemon ({time.strftime('%Y-%m-%d')}, "
           f"{os.cpu_count()} CPUs, {cpu})\n")
-    print(f"Same image in tmpfs, offsets within the first {SPAN}B of the user area, "
-          f"{args.seconds:g} s per job, median of {args.rounds} alternating rounds; "
-          "ratio = ours / qsd.\n")
-    print("\n".join(t1))
-    print("\nModelled vs measured latency at QD1, `serve --model generic-emmc45 "
-          f"--timing realtime`, {args.rt_seconds:g} s per job; difference = measured − "
-          "modelled per request; daemon lateness = how late the daemon signalled "
-          "completions past their due time (its own log).\n")
-    print("\n".join(t2))
-    r_qd32 = summary["randread:4k:32"][0]
-    r_qd1, p50_qd1 = summary["randread:4k:1"]
-    print(f"\nTargets: 4K QD32 randread ≥ 1.2×: {r_qd32:.2f}×; 4K QD1 randread ≥ 1.0×: "
-          f"{r_qd1:.2f}×; QD1 p50 ≤ 1.1× qsd: {p50_qd1:.2f}×; "
-          f"pacing |difference| p99 ≤ 50 µs: {worst['polls']:.1f} µs with a polling client "
-          f"({worst['sleeps']:.1f} µs with a sleeping one)")
+    targets = []
+    if t1:
+        print(f"Same image in tmpfs, offsets within the first {SPAN}B of the user area, "
+              f"{args.seconds:g} s per job, median of {args.rounds} alternating rounds; "
+              "ratio = ours / qsd.\n")
+        print("\n".join(t1))
+        r_qd32 = summary["randread:4k:32"][0]
+        r_qd1, p50_qd1 = summary["randread:4k:1"]
+        targets.append(f"4K QD32 randread ≥ 1.2×: {r_qd32:.2f}×; 4K QD1 randread ≥ 1.0×: "
+                       f"{r_qd1:.2f}×; QD1 p50 ≤ 1.1× qsd: {p50_qd1:.2f}×")
+    if t2:
+        extra = f" {args.serve_args}" if args.serve_args else ""
+        print("\nModelled vs measured latency at QD1, `serve --model generic-emmc45 "
+              f"--timing realtime{extra}`, {args.rt_seconds:g} s per job; difference = "
+              "measured − modelled per request; daemon lateness = how late the daemon "
+              "signalled completions past their due time, timer wake-up = how late its "
+              "pacing timer woke it, spin margin = how early the timer was set at the end "
+              "(its own log).\n")
+        print("\n".join(t2))
+        targets.append(f"pacing |difference| p99 ≤ 50 µs: {worst['polls']:.1f} µs with a "
+                       f"polling client ({worst['sleeps']:.1f} µs with a sleeping one)")
+    print("\nTargets: " + "; ".join(targets))
 
 
 if __name__ == "__main__":
