@@ -50,6 +50,8 @@ Options (environment variable in brackets):
   --bin PATH                  vhost-user-emmc binary (default: the repo's
                               target/release build) [VHOST_USER_EMMC]
   --no-build                  do not run cargo build --release first
+  --qemu PATH                 QEMU binary (default: qemu-system-x86_64 from PATH,
+                              installed from bookworm-backports) [GUEST_QEMU]
   --fio-var NAME=VALUE        override a GT_* job variable (repeatable), e.g.
                               --fio-var GT_RUNTIME=10
   --timeout SEC               kill the guest after SEC seconds
@@ -93,6 +95,7 @@ SUMMARY_JSON=
 KEEP=0
 QUIET=0
 KERNEL_PKG=${GUEST_KERNEL_PKG:-$KERNEL_PKG_PINNED}
+QEMU=${GUEST_QEMU:-}
 GUEST_MEM=${GUEST_MEM:-512M}
 GUEST_SMP=${GUEST_SMP:-1}
 FIO_VARS=()
@@ -110,6 +113,7 @@ while [[ $# -gt 0 ]]; do
     --image-size) need_arg "$@"; IMAGE_SIZE=$2; shift 2 ;;
     --bin) need_arg "$@"; BIN=$2; shift 2 ;;
     --no-build) BUILD=0; shift ;;
+    --qemu) need_arg "$@"; QEMU=$2; shift 2 ;;
     --fio-var) need_arg "$@"; FIO_VARS+=("$2"); shift 2 ;;
     --timeout) need_arg "$@"; TIMEOUT=$2; shift 2 ;;
     --cache) need_arg "$@"; CACHE=$2; shift 2 ;;
@@ -199,7 +203,7 @@ install_packages() {
         [[ -n $(pkg_version "$p") ]] || plain+=("$p")
     done
     command -v python3 >/dev/null || plain+=(python3)
-    qemu_ok qemu-system-x86 || bpo+=(qemu-system-x86)
+    [[ -n $QEMU ]] || qemu_ok qemu-system-x86 || bpo+=(qemu-system-x86)
     if [[ $BACKEND == qsd ]] && ! qemu_ok qemu-utils; then bpo+=(qemu-utils); fi
     [[ ${#plain[@]} -gt 0 || ${#bpo[@]} -gt 0 ]] || return 0
 
@@ -421,9 +425,10 @@ expand_template() {
 mkdir -p "$CACHE" || die "cannot create the cache directory $CACHE"
 CACHE=$(cd "$CACHE" && pwd)
 install_packages
-command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found"
+: "${QEMU:=qemu-system-x86_64}"
+command -v "$QEMU" >/dev/null || die "$QEMU not found"
 command -v python3 >/dev/null || die "python3 not found"
-log "QEMU: $(qemu-system-x86_64 --version | head -n 1)"
+log "QEMU: $("$QEMU" --version | head -n 1)"
 
 if [[ $BACKEND == emmc && ( $BACKEND_CMD == *@BIN@* || $IMAGE_CMD == *@BIN@* ) ]]; then
     if [[ $BUILD == 1 ]]; then
@@ -479,7 +484,7 @@ fi
 append="console=ttyS0 quiet panic=-1"
 for k in "${!GT[@]}"; do append+=" $k=${GT[$k]}"; done
 log "guest: ${GT[GT_JOBS]} (set $JOBSET), timeout ${TIMEOUT} s"
-qemu=(qemu-system-x86_64
+qemu=("$QEMU"
     -accel tcg -machine "pc,memory-backend=mem" -cpu max -smp "$GUEST_SMP" -m "$GUEST_MEM"
     -object "memory-backend-memfd,id=mem,size=$GUEST_MEM,share=on"
     -nodefaults -no-user-config -display none -no-reboot
