@@ -75,3 +75,64 @@ fn lmdd_write_over_the_wire_format_takes_exactly_the_in_process_card_time() {
         assert_eq!(got.driver, want.driver, "{packing:?}");
     }
 }
+
+// ---- the socket tests' scenarios, against the in-process device ------------------------
+
+mod common;
+
+fn lb(name: &str) -> VirtioMmcHost<Loopback> {
+    host(&model(name))
+}
+
+#[test]
+fn scenario_bring_up() {
+    let m = model("generic-emmc45");
+    common::bring_up(host(&m), &m);
+}
+
+#[test]
+fn scenario_partitions() {
+    common::partitions(&mut lb("generic-emmc45"));
+}
+
+#[test]
+fn scenario_packed_write() {
+    common::packed_write(&mut lb("generic-emmc45"), 10);
+}
+
+#[test]
+fn scenario_packed_by_the_driver() {
+    let m = model("generic-emmc45");
+    common::packed_by_the_driver(host(&m), &m, 12);
+}
+
+#[test]
+fn scenario_hpi_long_write() {
+    common::hpi_long_write(&mut lb("toshiba-mmc32g"));
+}
+
+#[test]
+fn scenario_hpi_by_the_driver() {
+    let m = model("toshiba-mmc32g");
+    common::hpi_by_the_driver(host(&m), &m);
+}
+
+#[test]
+fn scenario_bkops_interrupted() {
+    common::bkops_interrupted(&mut lb("toshiba-mmc32g"));
+}
+
+#[test]
+fn scenario_rpmb() {
+    common::rpmb(&mut lb("generic-emmc45"));
+}
+
+#[test]
+fn scenario_illegal_command() {
+    common::illegal_command(&mut lb("generic-emmc45"));
+}
+
+#[test]
+fn scenario_malformed() {
+    common::malformed(&mut lb("generic-emmc45"));
+}
