@@ -37,7 +37,9 @@ enum Commands {
         #[command(subcommand)]
         command: ImageCommands,
     },
-    /// Serve the card to a QEMU guest as a vhost-user-blk device.
+    /// Serve the card to a QEMU guest over vhost-user: as a block device (vhost-user-blk,
+    /// the default) or as an SD host controller carrying raw MMC requests (--transport mmc,
+    /// docs/virtio-mmc.md).
     Serve(vhost_user_emmc::frontend::serve::ServeArgs),
     /// Run a workload against a card model in card time (no sleeping, no data) and report
     /// throughput, latency percentiles and the card's counters.

@@ -6,8 +6,10 @@
 //! cleanly and up again, and the daemon waits for the next. SIGINT and SIGTERM write the
 //! card's cache back, sync the image, remove the socket and exit.
 //!
-//! A transport's backend plugs into this lifecycle through [`ServedBackend`]
-//! (`blk/serve.rs`).
+//! The transport decides what the socket serves: `blk` (the card's user area as a
+//! vhost-user-blk device, through the backend's own MMC block driver; `blk/serve.rs`) or
+//! `mmc` (raw MMC requests to the SDHCI host, docs/virtio-mmc.md; `mmc/serve.rs`). Both
+//! share this lifecycle through [`ServedBackend`].
 
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::net::UnixListener;
@@ -35,6 +37,18 @@ pub enum TimingArg {
     Off,
 }
 
+/// `--transport`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum TransportArg {
+    /// vhost-user-blk: the card's user area as a block device, through the backend's MMC
+    /// block driver.
+    #[default]
+    Blk,
+    /// virtio-mmc (docs/virtio-mmc.md): the guest's own MMC requests to the emulated
+    /// SDHCI host and card.
+    Mmc,
+}
+
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeArgs {
     /// vhost-user socket to create.
@@ -46,6 +60,9 @@ pub struct ServeArgs {
     /// Built-in model name or model file (default: the image's model, or generic-emmc45).
     #[arg(long)]
     pub model: Option<String>,
+    /// What the socket serves: a block device (blk) or raw MMC requests (mmc).
+    #[arg(long, value_enum, default_value_t = TransportArg::Blk)]
+    pub transport: TransportArg,
     #[arg(long, value_enum, default_value = "realtime")]
     pub timing: TimingArg,
     /// Wall time per unit of card time with realtime pacing (2.0 = twice as slow).
@@ -53,6 +70,7 @@ pub struct ServeArgs {
     pub time_scale: f64,
     /// Record every request with its arrival and completion in card time, in the trace
     /// format of docs/trace-format.md (replayable with `simulate --workload trace`).
+    /// blk transport only.
     #[arg(long)]
     pub trace: Option<PathBuf>,
     /// Microseconds to keep polling the queue for the next request once the card is idle
@@ -70,14 +88,15 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = DEFAULT_SPIN_MAX.as_micros() as u64)]
     pub spin_max_us: u64,
     /// The host driver's write packing: packed commands always, under write packing
-    /// control (seed 000) with `--wr-threshold`, or never..
+    /// control (seed 000) with `--wr-threshold`, or never. blk transport only (with mmc
+    /// the guest's driver decides).
     #[arg(long, value_enum, default_value_t = PackingArg::Off)]
     pub packing: PackingArg,
     /// Write packing control's threshold (`num_wr_reqs_to_start_packing`).
     #[arg(long, default_value_t = crate::host::packing::DEFAULT_NUM_WR_REQS_TO_START_PACKING)]
     pub wr_threshold: u32,
     /// The host driver's I/O scheduler (the guest's block layer has scheduled already;
-    /// noop keeps its order).
+    /// noop keeps its order). blk transport only.
     #[arg(long, value_enum, default_value_t = SchedulerArg::Noop)]
     pub scheduler: SchedulerArg,
     /// CFQ's `slice_idle` in microseconds.
@@ -120,7 +139,10 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
             args.time_scale
         ));
     }
-    super::blk::serve::serve_blk(args)
+    match args.transport {
+        TransportArg::Blk => super::blk::serve::serve_blk(args),
+        TransportArg::Mmc => super::mmc::serve::serve_mmc(args),
+    }
 }
 
 /// Open (or create) the image and build the card on it.
