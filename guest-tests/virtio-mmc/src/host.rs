@@ -249,6 +249,11 @@ impl<T: Transport> VirtioMmcHost<T> {
         &mut self.t
     }
 
+    /// Give the transport back (e.g. to drive it directly after bring-up).
+    pub fn into_transport(self) -> T {
+        self.t
+    }
+
     pub fn stats(&self) -> HostStats {
         self.stats
     }

@@ -104,7 +104,9 @@ pub trait Transport {
 pub struct VhostUserOptions {
     /// Entries of each virtqueue (a power of two the device accepts).
     pub queue_size: u16,
-    /// Negotiate VIRTIO_RING_F_EVENT_IDX when offered.
+    /// Negotiate VIRTIO_RING_F_EVENT_IDX when offered. Off by default: with it, the
+    /// daemon at times waits for a kick that `virtio-driver`'s notification suppression
+    /// decided not to send (stalls of milliseconds; see the crate's README).
     pub event_idx: bool,
     /// Busy-poll the used ring this long before sleeping on the call eventfd.
     pub spin: Duration,
@@ -115,17 +117,20 @@ pub struct VhostUserOptions {
     pub mem_size: usize,
     /// Event buffers kept on the event queue.
     pub event_buffers: usize,
+    /// Kick on every chain, even where the device asked not to be notified.
+    pub always_kick: bool,
 }
 
 impl Default for VhostUserOptions {
     fn default() -> Self {
         VhostUserOptions {
             queue_size: 256,
-            event_idx: true,
+            event_idx: false,
             spin: Duration::from_micros(50),
             timeout: Duration::from_secs(60),
             mem_size: 4 << 20,
             event_buffers: 16,
+            always_kick: false,
         }
     }
 }
@@ -380,7 +385,7 @@ impl VhostUserTransport {
     }
 
     fn notify(&mut self, queue: usize) -> Result<(), TransportError> {
-        if self.queues[queue].avail_notif_needed() {
+        if self.queues[queue].avail_notif_needed() || self.opts.always_kick {
             self.kick[queue]
                 .notify()
                 .map_err(|e| TransportError::Notify(e.to_string()))?;
