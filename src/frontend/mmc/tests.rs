@@ -1084,3 +1084,123 @@ fn card_time_never_runs_to_the_end_of_its_range() {
         "nothing reached the card"
     );
 }
+
+#[test]
+fn a_new_session_finds_the_cache_written_back_and_the_host_reset() {
+    let mut rig = Rig::new(model(0), Pacing::Off);
+    rig.bring_up();
+    let buf = rig.alloc(512);
+    rig.mem
+        .memory()
+        .write_slice(&[0x3C; 512], GuestAddress(buf))
+        .unwrap();
+    let w = VirtioMmcReqHdr {
+        flags: REQ_F_DATA | REQ_F_WRITE,
+        blksz: 512,
+        blocks: 1,
+        ..hdr(cmd(24, 20, RESP_R1))
+    };
+    assert_eq!(rig.request(w, &[(buf, 512)]).data_error, ERR_NONE);
+    assert!(!rig
+        .backend
+        .with_device(|d| d.card().volatile_sectors().is_empty()));
+    // The frontend leaves; the daemon restarts the card for the next one.
+    rig.backend.restart();
+    assert!(
+        rig.backend
+            .with_device(|d| d.card().volatile_sectors().is_empty()),
+        "the cache was written back"
+    );
+    assert_eq!(
+        rig.backend.with_device(|d| d.card().state()),
+        CardState::Idle
+    );
+    // The next frontend (same rings here) maps its memory and finds reset settings.
+    rig.backend.update_memory(rig.mem.clone()).unwrap();
+    let ios = rig.control(CTRL_GET_IOS, 0, 0);
+    assert_eq!(ios.val0, 400_000);
+    assert_eq!(
+        ios.val1,
+        1 | u64::from(TIMING_LEGACY) << 8 | u64::from(POWER_ON) << 16
+    );
+    rig.bring_up();
+    let back = rig.alloc(512);
+    let rd = VirtioMmcReqHdr {
+        flags: REQ_F_DATA,
+        blksz: 512,
+        blocks: 1,
+        ..hdr(cmd(17, 20, RESP_R1))
+    };
+    assert_eq!(rig.request(rd, &[(back, 512)]).data_error, ERR_NONE);
+    let mut got = [0u8; 512];
+    rig.mem
+        .memory()
+        .read_slice(&mut got, GuestAddress(back))
+        .unwrap();
+    assert_eq!(got, [0x3C; 512], "the write survived the session change");
+}
+
+#[test]
+fn shutdown_writes_the_cache_back() {
+    let mut rig = Rig::new(model(0), Pacing::Off);
+    rig.bring_up();
+    let buf = rig.alloc(4096);
+    let w = VirtioMmcReqHdr {
+        flags: REQ_F_SBC | REQ_F_DATA | REQ_F_WRITE,
+        sbc: cmd(23, 8, RESP_R1),
+        blksz: 512,
+        blocks: 8,
+        ..hdr(cmd(25, 800, RESP_R1))
+    };
+    assert_eq!(rig.request(w, &[(buf, 4096)]).data_error, ERR_NONE);
+    assert!(!rig
+        .backend
+        .with_device(|d| d.card().volatile_sectors().is_empty()));
+    rig.backend.shutdown();
+    assert!(rig
+        .backend
+        .with_device(|d| d.card().volatile_sectors().is_empty()));
+}
+
+/// Requests made available together run one after another on the single slot, each
+/// completion signalled at its own card time.
+#[test]
+fn in_real_time_queued_requests_start_when_the_one_before_ended() {
+    let mut rig = Rig::new(model(0), Pacing::Realtime { scale: 1.0 });
+    // IDLE_UNTIL 10 ms, then CMD0, then IDLE_UNTIL 20 ms: one notification.
+    let t0 = rig.backend.card_now();
+    let a = rig.stage_control(CTRL_IDLE_UNTIL, t0 + 10_000_000, 0);
+    let start = Instant::now();
+    rig.kick(CONTROL_QUEUE as u16);
+    let r = rig.stage(hdr(cmd(0, 0, RESP_NONE)), &[]);
+    rig.kick(REQUEST_QUEUE as u16);
+    let b = rig.stage_control(CTRL_IDLE_UNTIL, t0 + 20_000_000, 0);
+    rig.kick(CONTROL_QUEUE as u16);
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        assert!(start.elapsed() < Duration::from_secs(5), "never completed");
+        rig.tick();
+        for q in [CONTROL_QUEUE, REQUEST_QUEUE] {
+            for _ in rig.used(q) {
+                seen.push((q, start.elapsed()));
+            }
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let ra: VirtioMmcCtrlResp = rig.get(a);
+    let rr: VirtioMmcResp = rig.get(r);
+    let rb: VirtioMmcCtrlResp = rig.get(b);
+    assert_eq!(ra.now_ns, t0 + 10_000_000);
+    assert!(
+        rr.start_ns >= ra.now_ns,
+        "CMD0 waited for the idle before it"
+    );
+    assert_eq!(rb.now_ns, t0 + 20_000_000);
+    assert_eq!(
+        seen.iter().map(|s| s.0).collect::<Vec<_>>(),
+        [CONTROL_QUEUE, REQUEST_QUEUE, CONTROL_QUEUE],
+        "completions in card-time order"
+    );
+    assert!(seen[0].1 >= Duration::from_millis(10), "{seen:?}");
+    assert!(seen[2].1 >= Duration::from_millis(20), "{seen:?}");
+}
