@@ -37,8 +37,10 @@ enum Commands {
         #[command(subcommand)]
         command: ImageCommands,
     },
-    /// Serve the card to a QEMU guest as a vhost-user-blk device.
-    Serve(vhost_user_emmc::frontend::blk::serve::ServeArgs),
+    /// Serve the card to a QEMU guest over vhost-user: as a block device (vhost-user-blk,
+    /// the default) or as an SD host controller carrying raw MMC requests (--transport mmc,
+    /// docs/virtio-mmc.md).
+    Serve(vhost_user_emmc::frontend::serve::ServeArgs),
     /// Run a workload against a card model in card time (no sleeping, no data) and report
     /// throughput, latency percentiles and the card's counters.
     Simulate(Box<vhost_user_emmc::sim::command::SimulateArgs>),
@@ -111,7 +113,7 @@ fn run(cli: Cli) -> Result<(), String> {
             );
             Ok(())
         }
-        Commands::Serve(args) => vhost_user_emmc::frontend::blk::serve::serve(&args),
+        Commands::Serve(args) => vhost_user_emmc::frontend::serve::serve(&args),
         Commands::Simulate(args) => {
             let output = vhost_user_emmc::sim::command::simulate(&args)?;
             if args.json {

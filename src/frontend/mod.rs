@@ -3,3 +3,5 @@
 
 pub mod blk;
 pub mod mmc;
+pub mod pacing;
+pub mod serve;

@@ -11,9 +11,7 @@
 //! microseconds, so it never sleeps in a handler. Without pacing the driver runs each
 //! batch to its end at once and completes it immediately.
 
-use std::collections::VecDeque;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -23,18 +21,16 @@ use virtio_bindings::virtio_blk::*;
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
 use virtio_queue::QueueOwnedT;
-use virtio_queue::QueueT;
 use vm_memory::{ByteValued, Bytes, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{
     new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
 };
-use vmm_sys_util::timerfd::TimerFd;
 
-use super::pacing::SpinMargin;
 use super::request::{parse, ParseError, Request, RequestKind};
 use super::target::{CardTarget, SIZE_MAX};
-use crate::sim::histogram::Histogram;
+use crate::frontend::pacing::{ring_has_avail, Clock, Completions, Pending, SpinMargin};
+pub use crate::frontend::pacing::{Pacing, PacingStats, DEFAULT_SPIN, DEFAULT_SPIN_MAX};
 use crate::sim::trace::TraceWriter;
 use crate::sim::workload::Op;
 use crate::timing::Nanos;
@@ -47,81 +43,8 @@ pub const NUM_QUEUES: usize = 1;
 pub const QUEUE_SIZE: usize = 256;
 /// epoll data value of the pacing timer (0..=NUM_QUEUES are the library's).
 pub const TIMER_EVENT: u16 = NUM_QUEUES as u16 + 1;
-/// The timer fires at least this early and the loop spins the rest: epoll wake-up
-/// latency on a loaded machine is tens of microseconds.
-pub const DEFAULT_SPIN: Duration = Duration::from_micros(150);
-/// The most the margin grows to when wake-ups come late ([`SpinMargin`]).
-pub const DEFAULT_SPIN_MAX: Duration = Duration::from_millis(1);
 /// Rounds of run-signal-spin in one wake-up before yielding to the event loop.
 const MAX_DRIVE_ROUNDS: usize = 10_000;
-
-/// How completions relate to wall time.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Pacing {
-    /// A completion is signalled when its card time has elapsed, times `scale`.
-    Realtime { scale: f64 },
-    /// Completions are signalled as soon as the card model has computed them.
-    Off,
-}
-
-/// Card time ↔ wall time.
-#[derive(Debug, Clone, Copy)]
-struct Clock {
-    wall0: Instant,
-    card0: Nanos,
-    scale: f64,
-}
-
-impl Clock {
-    fn card_at(&self, wall: Instant) -> Nanos {
-        let elapsed = wall.saturating_duration_since(self.wall0).as_nanos() as f64;
-        self.card0 + (elapsed / self.scale) as Nanos
-    }
-
-    fn wall_at(&self, card: Nanos) -> Instant {
-        let ns = (card.saturating_sub(self.card0) as f64 * self.scale) as u64;
-        self.wall0 + Duration::from_nanos(ns)
-    }
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Pending {
-    head: u16,
-    len: u32,
-    due: Instant,
-    /// Card time the model computed (for tests and statistics).
-    done_at: Nanos,
-}
-
-/// Pacing bookkeeping: how late completions were signalled past their due time.
-#[derive(Debug, Clone, Default)]
-pub struct PacingStats {
-    pub completed: u64,
-    /// Lateness of each completion past its due time.
-    pub late: Histogram,
-    /// How late the pacing timer woke the loop past the instant it was armed for.
-    pub wake_late: Histogram,
-    /// The timer's margin at the end of the session.
-    pub margin: Duration,
-}
-
-impl PacingStats {
-    /// One line for the log.
-    fn summary(&self) -> String {
-        let us = |ns: u64| ns as f64 / 1e3;
-        format!(
-            "{} completions, lateness p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs; \
-             timer wake-ups late p50 {:.1} µs, p99 {:.1} µs; spin margin {:.0} µs",
-            self.completed,
-            us(self.late.quantile(0.5)),
-            us(self.late.quantile(0.99)),
-            us(self.late.max()),
-            us(self.wake_late.quantile(0.5)),
-            us(self.wake_late.quantile(0.99)),
-            self.margin.as_secs_f64() * 1e6,
-        )
-    }
-}
 
 struct Inner {
     target: CardTarget,
@@ -129,16 +52,10 @@ struct Inner {
     event_idx: bool,
     pacing: Pacing,
     clock: Option<Clock>,
-    pending: VecDeque<Pending>,
-    timer: TimerFd,
-    stats: PacingStats,
+    completions: Completions,
     trace: Option<TraceSink>,
     /// How long to watch the avail ring for the next request once the card is idle.
     poll: Duration,
-    /// How early the timer fires before a completion is due; the rest is spun.
-    spin: SpinMargin,
-    /// When the armed timer should fire.
-    armed: Option<Instant>,
 }
 
 /// The vhost-user-blk backend around one card.
@@ -227,18 +144,8 @@ impl EmmcBlkBackend {
             secure_erase_sector_alignment: 1u32.to_le(),
             ..Default::default()
         };
-        let timer = TimerFd::new()?;
-        let timer_fd = timer.as_raw_fd();
-        // Non-blocking: reading the expiry count after a spurious wake-up must not stall
-        // the event loop.
-        // SAFETY: fcntl on a descriptor this function owns (the timer), with F_GETFL and
-        // F_SETFL only; the return values are checked.
-        unsafe {
-            let flags = libc::fcntl(timer_fd, libc::F_GETFL);
-            if flags < 0 || libc::fcntl(timer_fd, libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
-                return Err(io::Error::last_os_error());
-            }
-        }
+        let completions = Completions::new()?;
+        let timer_fd = completions.timer_fd();
         Ok(EmmcBlkBackend {
             inner: Mutex::new(Inner {
                 target,
@@ -246,13 +153,9 @@ impl EmmcBlkBackend {
                 event_idx: false,
                 pacing,
                 clock: None,
-                pending: VecDeque::new(),
-                timer,
-                stats: PacingStats::default(),
+                completions,
                 trace: None,
                 poll: Duration::ZERO,
-                spin: SpinMargin::new(DEFAULT_SPIN, DEFAULT_SPIN_MAX),
-                armed: None,
             }),
             timer_fd,
             config: config.as_slice().to_vec(),
@@ -278,7 +181,11 @@ impl EmmcBlkBackend {
     /// the event loop's wake-up latency show in the completions. `max` ≤ `min`: always
     /// `min`.
     pub fn set_spin(&self, min: Duration, max: Duration) {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).spin = SpinMargin::new(min, max);
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .completions
+            .set_spin(SpinMargin::new(min, max));
     }
 
     /// Record every request, with its arrival and completion in card time, in the trace
@@ -299,10 +206,7 @@ impl EmmcBlkBackend {
     /// Write back the card's cache and make the image durable (clean shutdown).
     pub fn shutdown(&self) {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        inner.stats.margin = inner.spin.get();
-        if inner.stats.completed > 0 {
-            log::info!("session: {}", inner.stats.summary());
-        }
+        inner.completions.log_summary();
         inner.target.shutdown();
         inner.flush_trace();
     }
@@ -314,27 +218,17 @@ impl EmmcBlkBackend {
             Err(e) => log::error!("a fresh exit event for the next frontend: {e}"),
         }
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        inner.stats.margin = inner.spin.get();
-        if inner.stats.completed > 0 {
-            log::info!("session: {}", inner.stats.summary());
-        }
-        inner.stats = PacingStats::default();
-        inner.armed = None;
-        inner.pending.clear();
+        inner.completions.end_session();
         inner.flush_trace();
         inner.clock = None;
         inner.mem = None;
         inner.target.set_memory(None);
-        let _ = inner.timer.clear();
         inner.target.restart()
     }
 
     pub fn pacing_stats(&self) -> PacingStats {
         let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        PacingStats {
-            margin: inner.spin.get(),
-            ..inner.stats.clone()
-        }
+        inner.completions.stats()
     }
 
     /// Run `f` on the card target (tests, statistics).
@@ -407,14 +301,10 @@ impl Inner {
             for chain in chains {
                 let head = chain.head_index();
                 let now = Instant::now();
-                let clock = *self.clock.get_or_insert(Clock {
-                    wall0: now,
-                    card0: self.target.now(),
-                    scale: match self.pacing {
-                        Pacing::Realtime { scale } => scale,
-                        Pacing::Off => 1.0,
-                    },
-                });
+                let (card0, pacing) = (self.target.now(), self.pacing);
+                let clock = *self
+                    .clock
+                    .get_or_insert_with(|| Clock::start(card0, pacing));
                 let arrival = match self.pacing {
                     Pacing::Realtime { .. } => clock.card_at(now),
                     Pacing::Off => self.target.now(),
@@ -430,7 +320,8 @@ impl Inner {
                         let len = status
                             .filter(|&addr| mem.write_obj(code, addr).is_ok())
                             .map_or(0, |_| 1);
-                        self.queue_completion(Pending {
+                        self.completions.push(Pending {
+                            queue: 0,
                             head,
                             len,
                             due: now,
@@ -444,12 +335,6 @@ impl Inner {
             }
         }
         self.drive(vring)
-    }
-
-    /// Keep completions in due order.
-    fn queue_completion(&mut self, p: Pending) {
-        let at = self.pending.partition_point(|q| q.due <= p.due);
-        self.pending.insert(at, p);
     }
 
     /// Run the card up to now (realtime) or to the end of its work (no pacing), queue
@@ -471,7 +356,7 @@ impl Inner {
                 _ => None,
             };
             match card_next {
-                Some(t) if t <= Instant::now() + self.spin.get() => {
+                Some(t) if t <= Instant::now() + self.completions.spin() => {
                     self.complete_due(vring, None)?;
                     while Instant::now() < t {
                         std::hint::spin_loop();
@@ -506,7 +391,8 @@ impl Inner {
                 (Pacing::Realtime { .. }, Some(clock)) => clock.wall_at(f.at),
                 _ => Instant::now(),
             };
-            self.queue_completion(Pending {
+            self.completions.push(Pending {
+                queue: 0,
                 head: f.head,
                 len,
                 due,
@@ -517,49 +403,9 @@ impl Inner {
         Ok(())
     }
 
-    /// Signal every completion whose time has come (spinning out the last microseconds),
-    /// then arm the timer for the next completion or `wake`, whichever is first.
     fn complete_due(&mut self, vring: &VringRwLock, wake: Option<Instant>) -> io::Result<()> {
-        let mut used = false;
-        while let Some(p) = self.pending.front().copied() {
-            let now = Instant::now();
-            if p.due > now + self.spin.get() {
-                break;
-            }
-            while Instant::now() < p.due {
-                std::hint::spin_loop();
-            }
-            let late = Instant::now().saturating_duration_since(p.due).as_nanos() as u64;
-            self.stats.late.record(late);
-            self.stats.completed += 1;
-            vring.add_used(p.head, p.len).map_err(io::Error::other)?;
-            used = true;
-            self.pending.pop_front();
-            log::trace!("completed {} (card time {} ns)", p.head, p.done_at);
-        }
-        if used && (!self.event_idx || vring.needs_notification().map_err(io::Error::other)?) {
-            vring.signal_used_queue()?;
-        }
-        let next = match (self.pending.front().map(|p| p.due), wake) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        match next {
-            Some(t) => {
-                let now = Instant::now();
-                let wait = t
-                    .saturating_duration_since(now)
-                    .saturating_sub(self.spin.get())
-                    .max(Duration::from_nanos(1));
-                self.timer.reset(wait, None)?;
-                self.armed = Some(now + wait);
-            }
-            None => {
-                self.timer.clear()?;
-                self.armed = None;
-            }
-        }
-        Ok(())
+        self.completions
+            .complete_due(std::slice::from_ref(vring), self.event_idx, wake)
     }
 }
 
@@ -574,17 +420,9 @@ impl Inner {
             return Ok(());
         };
         let mut deadline = Instant::now() + self.poll;
-        while self.pending.is_empty() && Instant::now() < deadline {
+        while self.completions.is_empty() && Instant::now() < deadline {
             let mem = atomic.memory();
-            let arrived = {
-                let guard = vring.get_ref();
-                let queue = guard.get_queue();
-                queue.ready()
-                    && queue
-                        .avail_idx(&*mem, std::sync::atomic::Ordering::Acquire)
-                        .is_ok_and(|idx| idx.0 != queue.next_avail())
-            };
-            if arrived {
+            if ring_has_avail(vring, &*mem) {
                 self.process_queue(vring)?;
                 deadline = Instant::now() + self.poll;
             } else {
@@ -668,15 +506,7 @@ impl VhostUserBackend for EmmcBlkBackend {
         match device_event {
             0 => inner.process_queue(&vrings[0])?,
             TIMER_EVENT => {
-                // Consume the expiry count; a spurious wake-up reads EAGAIN.
-                let expired = inner.timer.wait().is_ok_and(|n| n > 0);
-                // Only a real expiry says how late the timer woke us (after a spurious
-                // wake-up, or one whose timer was re-armed meanwhile, there is none).
-                if let Some(armed) = inner.armed.take().filter(|_| expired) {
-                    let late = Instant::now().saturating_duration_since(armed);
-                    inner.stats.wake_late.record(late.as_nanos() as u64);
-                    inner.spin.observe(late);
-                }
+                inner.completions.timer_fired();
                 inner.drive(&vrings[0])?
             }
             other => return Err(io::Error::other(format!("unknown event {other}"))),

@@ -2,7 +2,6 @@
 //! host model and the card, completed when card time says so.
 
 pub mod backend;
-pub mod pacing;
 pub mod request;
 pub mod serve;
 pub mod target;

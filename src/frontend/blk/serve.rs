@@ -1,193 +1,37 @@
-//! `vhost-user-emmc serve`: the daemon.
-//!
-//! One card, one vhost-user-blk socket, one frontend at a time. The socket is created
-//! owner-only. While a frontend is attached, further connections are accepted only to be
-//! closed, with a log line saying why. When the frontend leaves, the card is powered down
-//! cleanly and up again, and the daemon waits for the next. SIGINT and SIGTERM write the
-//! card's cache back, sync the image, remove the socket and exit.
+//! `vhost-user-emmc serve --transport blk`: the card's user area as a vhost-user-blk
+//! device. The daemon's lifecycle (socket, sessions, signals) is shared with the mmc
+//! transport in [`crate::frontend::serve`].
 
-use std::os::fd::{AsRawFd, FromRawFd};
-use std::os::unix::net::UnixListener;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use vhost::vhost_user::Listener;
-use vhost_user_backend::VhostUserDaemon;
-use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
-use vmm_sys_util::epoll::EventSet;
-
-use super::backend::{EmmcBlkBackend, Pacing, TIMER_EVENT};
+use super::backend::{EmmcBlkBackend, TIMER_EVENT};
 use super::target::{CardTarget, DriverPolicy};
-use crate::card::Card;
-use crate::model::DeviceModel;
-use crate::sim::command::{PackingArg, SchedulerArg};
+use crate::frontend::serve::{exact_timers, open_card, run_daemon, ServedBackend};
+pub use crate::frontend::serve::{ServeArgs, TimingArg};
 use crate::sim::trace::TraceWriter;
-use crate::store::{read_header, ImageStore};
 
-/// `--timing`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum TimingArg {
-    /// Complete each request when its card time has elapsed in wall time.
-    Realtime,
-    /// Complete each request as soon as it has been executed.
-    Off,
-}
-
-#[derive(Debug, Clone, clap::Args)]
-pub struct ServeArgs {
-    /// vhost-user socket to create.
-    #[arg(long)]
-    pub socket: PathBuf,
-    /// Card image; created for the model when it does not exist.
-    #[arg(long)]
-    pub image: PathBuf,
-    /// Built-in model name or model file (default: the image's model, or generic-emmc45).
-    #[arg(long)]
-    pub model: Option<String>,
-    #[arg(long, value_enum, default_value = "realtime")]
-    pub timing: TimingArg,
-    /// Wall time per unit of card time with realtime pacing (2.0 = twice as slow).
-    #[arg(long, default_value_t = 1.0)]
-    pub time_scale: f64,
-    /// Record every request with its arrival and completion in card time, in the trace
-    /// format of docs/trace-format.md (replayable with `simulate --workload trace`).
-    #[arg(long)]
-    pub trace: Option<PathBuf>,
-    /// Microseconds to keep polling the queue for the next request once the card is idle
-    /// (0: sleep at once). Trades CPU for the event loop's wake-up latency, like QEMU's
-    /// iothread poll-max-ns.
-    #[arg(long, default_value_t = 32)]
-    pub poll_us: u64,
-    /// Microseconds before a completion is due at which the pacing timer fires at least;
-    /// the rest is spun.
-    #[arg(long, default_value_t = super::backend::DEFAULT_SPIN.as_micros() as u64)]
-    pub spin_us: u64,
-    /// The most the timer's margin grows to where the event loop wakes late (a loaded or
-    /// virtualised host): it covers the 99th percentile of recent wake-ups. Equal to
-    /// --spin-us (or below): a fixed margin.
-    #[arg(long, default_value_t = super::backend::DEFAULT_SPIN_MAX.as_micros() as u64)]
-    pub spin_max_us: u64,
-    /// The host driver's write packing: packed commands always, under write packing
-    /// control (seed 000) with `--wr-threshold`, or never.
-    #[arg(long, value_enum, default_value_t = PackingArg::Off)]
-    pub packing: PackingArg,
-    /// Write packing control's threshold (`num_wr_reqs_to_start_packing`).
-    #[arg(long, default_value_t = crate::host::packing::DEFAULT_NUM_WR_REQS_TO_START_PACKING)]
-    pub wr_threshold: u32,
-    /// The host driver's I/O scheduler (the guest's block layer has scheduled already;
-    /// noop keeps its order).
-    #[arg(long, value_enum, default_value_t = SchedulerArg::Noop)]
-    pub scheduler: SchedulerArg,
-    /// CFQ's `slice_idle` in microseconds.
-    #[arg(long, default_value_t = 8000)]
-    pub slice_idle_us: u64,
-}
-
-fn open_card(args: &ServeArgs) -> Result<(Card, DeviceModel), String> {
-    let existing = args.image.exists();
-    let name = match (&args.model, existing) {
-        (Some(m), _) => m.clone(),
-        (None, true) => read_header(&args.image).map_err(|e| e.to_string())?.model,
-        (None, false) => crate::model::DEFAULT_MODEL.to_string(),
-    };
-    let model = DeviceModel::load(&name).map_err(|e| e.to_string())?;
-    let layout = Card::layout_for(&model);
-    let store = if existing {
-        ImageStore::open(&args.image, layout, &model.name)
-    } else {
-        log::info!("creating {} for model {}", args.image.display(), model.name);
-        ImageStore::create(&args.image, layout, &model.name)
+impl ServedBackend for EmmcBlkBackend {
+    fn timer_fd(&self) -> i32 {
+        EmmcBlkBackend::timer_fd(self)
     }
-    .map_err(|e| e.to_string())?;
-    let card = Card::new(model.clone(), Box::new(store)).map_err(|e| e.to_string())?;
-    Ok((card, model))
-}
 
-/// Bind the socket with permissions 0600 from the start.
-fn bind_owner_only(path: &Path) -> Result<Listener, String> {
-    // SAFETY: umask only changes this process's file-creation mask; it is restored at
-    // once, and no other thread creates files in between (signal handling has not started).
-    let old = unsafe { libc::umask(0o177) };
-    let listener = Listener::new(path, true);
-    // SAFETY: as above.
-    unsafe { libc::umask(old) };
-    listener.map_err(|e| format!("{}: {e}", path.display()))
-}
+    fn timer_event(&self) -> u16 {
+        TIMER_EVENT
+    }
 
-/// How long a new connection waits for the attached frontend's session to end before it
-/// is refused.
-const RECONNECT_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+    fn shutdown(&self) {
+        EmmcBlkBackend::shutdown(self)
+    }
 
-/// While a frontend is attached, accept and close any other connection.
-fn refuse_others(fd: i32, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        // SAFETY: dup returns a new descriptor for the same listening socket (or -1,
-        // checked); the UnixListener below owns and closes that duplicate only.
-        let dup = unsafe { libc::dup(fd) };
-        if dup < 0 {
-            log::warn!(
-                "cannot watch for other frontends: {}",
-                std::io::Error::last_os_error()
-            );
-            return;
-        }
-        // SAFETY: `dup` is a valid, owned listening socket descriptor.
-        let listener = unsafe { UnixListener::from_raw_fd(dup) };
-        while !stop.load(Ordering::Relaxed) {
-            let mut pfd = libc::pollfd {
-                fd: listener.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd, its length is 1, and it outlives the call.
-            let ready = unsafe { libc::poll(&mut pfd, 1, 100) };
-            if ready > 0 && pfd.revents & libc::POLLIN != 0 {
-                // A frontend that reconnects right after leaving (a restarted QEMU) may
-                // arrive before its old session has wound down: give the session a grace
-                // period to end and leave the connection for the next one if it does.
-                let since = std::time::Instant::now();
-                while !stop.load(Ordering::Relaxed) && since.elapsed() < RECONNECT_GRACE {
-                    std::thread::sleep(std::time::Duration::from_millis(10));
-                }
-                if stop.load(Ordering::Relaxed) {
-                    break;
-                }
-                if let Ok((stream, _)) = listener.accept() {
-                    log::warn!(
-                        "refusing a second frontend: the card is already attached to one \
-                         (one frontend at a time, as one card sits in one slot)"
-                    );
-                    drop(stream);
-                }
-            }
-        }
-    })
-}
-
-/// Ask the kernel to fire this thread's timers on time rather than up to 50 µs late (the
-/// default timer slack, which lets it batch wake-ups). Threads started afterwards — the
-/// daemon's workers — inherit it.
-fn exact_timers() {
-    // SAFETY: PR_SET_TIMERSLACK takes one integer argument and changes nothing but this
-    // thread's timer slack; the result is checked.
-    let rc = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
-    if rc != 0 {
-        log::warn!(
-            "timer slack stays at the default: {}",
-            std::io::Error::last_os_error()
-        );
+    fn restart(&self) -> Result<(), String> {
+        EmmcBlkBackend::restart(self).map_err(|e| e.to_string())
     }
 }
 
-pub fn serve(args: &ServeArgs) -> Result<(), String> {
-    if !(args.time_scale.is_finite() && args.time_scale > 0.0) {
-        return Err(format!(
-            "--time-scale {} must be a positive number",
-            args.time_scale
-        ));
-    }
-    if matches!(args.timing, TimingArg::Realtime) {
+/// Serve the card as a vhost-user-blk device until a signal.
+pub fn serve_blk(args: &ServeArgs) -> Result<(), String> {
+    let pacing = args.pacing();
+    if pacing.is_realtime() {
         exact_timers();
     }
     let (card, model) = open_card(args)?;
@@ -197,12 +41,6 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
     };
     let target =
         CardTarget::new(card, &model, &policy).map_err(|e| format!("card bring-up: {e}"))?;
-    let pacing = match args.timing {
-        TimingArg::Realtime => Pacing::Realtime {
-            scale: args.time_scale,
-        },
-        TimingArg::Off => Pacing::Off,
-    };
     log::info!(
         "model {}: {} sectors, serial {}",
         model.name,
@@ -222,54 +60,5 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
             .map_err(|e| format!("{}: {e}", path.display()))?;
         backend.set_trace(writer);
     }
-
-    let mut listener = bind_owner_only(&args.socket)?;
-    {
-        let backend = backend.clone();
-        let socket = args.socket.clone();
-        let mut signals = signal_hook::iterator::Signals::new([
-            signal_hook::consts::SIGINT,
-            signal_hook::consts::SIGTERM,
-        ])
-        .map_err(|e| format!("signal handling: {e}"))?;
-        std::thread::spawn(move || {
-            if let Some(sig) = signals.forever().next() {
-                log::info!("signal {sig}: writing the cache back and syncing the image");
-                backend.shutdown();
-                let _ = std::fs::remove_file(&socket);
-                std::process::exit(0);
-            }
-        });
-    }
-    eprintln!(
-        "vhost-user-emmc: serving {} on {}",
-        model.name,
-        args.socket.display()
-    );
-    loop {
-        let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
-        let mut daemon = VhostUserDaemon::new("vhost-user-emmc".into(), backend.clone(), mem)
-            .map_err(|e| format!("daemon: {e:?}"))?;
-        daemon
-            .start(&mut listener)
-            .map_err(|e| format!("accepting a frontend: {e:?}"))?;
-        log::info!("frontend attached");
-        for handler in daemon.get_epoll_handlers() {
-            handler
-                .register_listener(backend.timer_fd(), EventSet::IN, u64::from(TIMER_EVENT))
-                .map_err(|e| format!("registering the pacing timer: {e}"))?;
-        }
-        let stop = Arc::new(AtomicBool::new(false));
-        let refusing = refuse_others(listener.as_raw_fd(), stop.clone());
-        let result = daemon.wait();
-        stop.store(true, Ordering::Relaxed);
-        let _ = refusing.join();
-        match result {
-            Ok(()) => log::info!("frontend detached"),
-            Err(e) => log::info!("frontend detached: {e:?}"),
-        }
-        backend
-            .restart()
-            .map_err(|e| format!("card restart: {e}"))?;
-    }
+    run_daemon(backend, &args.socket, &model.name)
 }

@@ -1,0 +1,498 @@
+//! The virtio-mmc device over vhost-user: three queues, configuration space, pacing.
+//!
+//! On every notification the device takes what is available on the request queue, then
+//! on the control queue, and executes each in that order on the single-slot host
+//! ([`MmcDevice`]), each starting at its arrival in card time or when the one before
+//! ended. With realtime pacing card time follows the wall clock (scaled by
+//! `--time-scale`) from the first request of a session, and each completion — used ring
+//! entry and interrupt — is signalled when the wall clock reaches its card time (a
+//! completion's `end_ns`, a control request's `now_ns`), through the pacing timer shared
+//! with the blk transport ([`Completions`]). Without pacing completions go out at once.
+//! Events a request raises are written into a buffer from the event queue at once and
+//! used together with the request's completion.
+
+use std::io;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
+use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
+use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
+use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
+use virtio_queue::{QueueOwnedT, QueueT};
+use vm_memory::{
+    ByteValued, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryLoadGuard, GuestMemoryMmap,
+};
+use vmm_sys_util::epoll::EventSet;
+use vmm_sys_util::event::{
+    new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
+};
+
+use super::device::{put, MmcDevice};
+use super::proto::*;
+use super::request::{
+    parse_control, parse_event_buffer, parse_request, ParseError, CTRL_RESP_LEN, RESP_LEN,
+};
+use crate::frontend::pacing::{
+    ring_has_avail, Clock, Completions, Pacing, PacingStats, Pending, SpinMargin,
+};
+use crate::timing::Nanos;
+
+pub const QUEUE_SIZE: usize = 256;
+/// epoll data value of the pacing timer (0..=NUM_QUEUES are the library's).
+pub const TIMER_EVENT: u16 = NUM_QUEUES as u16 + 1;
+
+type Mem = GuestMemoryLoadGuard<GuestMemoryMmap>;
+
+struct Inner {
+    device: MmcDevice,
+    mem: Option<GuestMemoryAtomic<GuestMemoryMmap>>,
+    event_idx: bool,
+    pacing: Pacing,
+    clock: Option<Clock>,
+    completions: Completions,
+    /// How long to watch the avail rings for the next request once nothing is pending.
+    poll: Duration,
+    /// Events dropped for want of an event buffer, this session.
+    events_dropped: u64,
+}
+
+/// The virtio-mmc backend around one card.
+pub struct EmmcMmcBackend {
+    inner: Mutex<Inner>,
+    timer_fd: i32,
+    config: Vec<u8>,
+    features: u64,
+    /// The worker's exit event; fresh for every session (see the blk backend).
+    exit: Mutex<(EventConsumer, EventNotifier)>,
+}
+
+impl EmmcMmcBackend {
+    pub fn new(device: MmcDevice, pacing: Pacing) -> io::Result<EmmcMmcBackend> {
+        let features = 1u64 << VIRTIO_F_VERSION_1
+            | 1 << VIRTIO_RING_F_EVENT_IDX
+            | 1 << VIRTIO_RING_F_INDIRECT_DESC
+            | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits();
+        let config = device.config().as_slice().to_vec();
+        let completions = Completions::new()?;
+        let timer_fd = completions.timer_fd();
+        Ok(EmmcMmcBackend {
+            inner: Mutex::new(Inner {
+                device,
+                mem: None,
+                event_idx: false,
+                pacing,
+                clock: None,
+                completions,
+                poll: Duration::ZERO,
+                events_dropped: 0,
+            }),
+            timer_fd,
+            config,
+            features,
+            exit: Mutex::new(new_event_consumer_and_notifier(EventFlag::NONBLOCK)?),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The pacing timer's fd, to register on the daemon's epoll loop with [`TIMER_EVENT`].
+    pub fn timer_fd(&self) -> i32 {
+        self.timer_fd
+    }
+
+    /// See `EmmcBlkBackend::set_poll`.
+    pub fn set_poll(&self, window: Duration) {
+        self.lock().poll = window;
+    }
+
+    /// See `EmmcBlkBackend::set_spin`.
+    pub fn set_spin(&self, min: Duration, max: Duration) {
+        self.lock().completions.set_spin(SpinMargin::new(min, max));
+    }
+
+    pub fn pacing_stats(&self) -> PacingStats {
+        self.lock().completions.stats()
+    }
+
+    /// Card time now.
+    pub fn card_now(&self) -> Nanos {
+        self.lock().device.now()
+    }
+
+    /// Run `f` on the device (tests, statistics).
+    pub fn with_device<R>(&self, f: impl FnOnce(&mut MmcDevice) -> R) -> R {
+        f(&mut self.lock().device)
+    }
+
+    /// Write back the card's cache and make the image durable (clean shutdown).
+    pub fn shutdown(&self) {
+        let mut inner = self.lock();
+        inner.completions.log_summary();
+        inner.device.shutdown();
+    }
+
+    /// Forget the departed frontend and give the next one a card powered down and up.
+    pub fn restart(&self) {
+        match new_event_consumer_and_notifier(EventFlag::NONBLOCK) {
+            Ok(fresh) => *self.exit.lock().unwrap_or_else(|p| p.into_inner()) = fresh,
+            Err(e) => log::error!("a fresh exit event for the next frontend: {e}"),
+        }
+        let mut inner = self.lock();
+        inner.completions.end_session();
+        if inner.events_dropped > 0 {
+            log::info!(
+                "session: {} events dropped without an event buffer",
+                inner.events_dropped
+            );
+        }
+        inner.events_dropped = 0;
+        inner.clock = None;
+        inner.mem = None;
+        inner.device.restart();
+    }
+}
+
+/// Take every chain available on `vring` (none when the queue is not set up or its ring
+/// is corrupt, which is logged).
+fn take_chains(vring: &VringRwLock, mem: &Mem) -> Vec<virtio_queue::DescriptorChain<Mem>> {
+    let mut guard = vring.get_mut();
+    let queue = guard.get_queue_mut();
+    if !queue.ready() {
+        return Vec::new();
+    }
+    match queue.iter(mem.clone()) {
+        Ok(iter) => iter.collect(),
+        Err(e) => {
+            log::warn!("avail ring unusable: {e}");
+            Vec::new()
+        }
+    }
+}
+
+impl Inner {
+    /// Card time of a request arriving now.
+    fn arrival(&mut self) -> Nanos {
+        let card0 = self.device.now();
+        let pacing = self.pacing;
+        let clock = *self
+            .clock
+            .get_or_insert_with(|| Clock::start(card0, pacing));
+        match self.pacing {
+            Pacing::Realtime { .. } => clock.card_at(Instant::now()),
+            Pacing::Off => self.device.now(),
+        }
+    }
+
+    /// When a completion at card time `t` is due on the wall clock.
+    fn due(&self, t: Nanos) -> Instant {
+        match (self.pacing, &self.clock) {
+            (Pacing::Realtime { .. }, Some(clock)) => clock.wall_at(t),
+            _ => Instant::now(),
+        }
+    }
+
+    /// Take what is available on the request queue, then on the control queue, execute
+    /// it in that order, and signal what is due.
+    fn process(&mut self, vrings: &[VringRwLock]) -> io::Result<()> {
+        let Some(atomic) = self.mem.clone() else {
+            return Ok(());
+        };
+        let (requestq, controlq) = (&vrings[REQUEST_QUEUE], &vrings[CONTROL_QUEUE]);
+        // Rounds that found nothing although the avail index promised more: one covers a
+        // request that raced the re-enabled notification; more mean a corrupt ring.
+        let mut empty_rounds = 0;
+        loop {
+            if self.event_idx {
+                for q in [requestq, controlq] {
+                    if q.get_ref().get_queue().ready() {
+                        q.disable_notification().map_err(io::Error::other)?;
+                    }
+                }
+            }
+            let mem = atomic.memory();
+            let requests = take_chains(requestq, &mem);
+            let controls = take_chains(controlq, &mem);
+            let took = !(requests.is_empty() && controls.is_empty());
+            for chain in requests {
+                self.request(vrings, &mem, chain);
+            }
+            for chain in controls {
+                self.control(&mem, chain);
+            }
+            let mut more = took;
+            if self.event_idx {
+                more = false;
+                for q in [requestq, controlq] {
+                    if q.get_ref().get_queue().ready() {
+                        more |= q.enable_notification().map_err(io::Error::other)?;
+                    }
+                }
+            }
+            if !took {
+                empty_rounds += 1;
+            }
+            if !more || empty_rounds > 1 {
+                break;
+            }
+        }
+        self.completions.complete_due(vrings, self.event_idx, None)
+    }
+
+    fn request(
+        &mut self,
+        vrings: &[VringRwLock],
+        mem: &Mem,
+        chain: virtio_queue::DescriptorChain<Mem>,
+    ) {
+        let head = chain.head_index();
+        let arrival = self.arrival();
+        match parse_request(chain, &self.device.limits()) {
+            Ok(req) => {
+                let done = self.device.request(&**mem, &req, arrival);
+                let len = if put(&**mem, done.resp, req.resp) {
+                    done.data_len + RESP_LEN
+                } else {
+                    0
+                };
+                let due = self.due(done.done_at);
+                self.completions.push(Pending {
+                    queue: REQUEST_QUEUE,
+                    head,
+                    len,
+                    due,
+                    done_at: done.done_at,
+                });
+                for ev in done.events {
+                    self.post_event(vrings, mem, ev, due);
+                }
+            }
+            Err(ParseError {
+                resp,
+                status,
+                problem,
+            }) => {
+                log::warn!("request {head}: {problem}");
+                let answer = VirtioMmcResp {
+                    status,
+                    ..Default::default()
+                };
+                let len = resp
+                    .filter(|&addr| put(&**mem, answer, addr))
+                    .map_or(0, |_| RESP_LEN);
+                self.completions.push(Pending {
+                    queue: REQUEST_QUEUE,
+                    head,
+                    len,
+                    due: Instant::now(),
+                    done_at: arrival,
+                });
+            }
+        }
+    }
+
+    fn control(&mut self, mem: &Mem, chain: virtio_queue::DescriptorChain<Mem>) {
+        let head = chain.head_index();
+        let arrival = self.arrival();
+        let (len, done_at, due) = match parse_control(chain) {
+            Ok(c) => {
+                let out = self.device.control(&c.req, arrival);
+                let len = if put(&**mem, out, c.resp) {
+                    CTRL_RESP_LEN
+                } else {
+                    0
+                };
+                (len, out.now_ns, self.due(out.now_ns))
+            }
+            Err(ParseError {
+                resp,
+                status,
+                problem,
+            }) => {
+                log::warn!("control request {head}: {problem}");
+                let answer = VirtioMmcCtrlResp {
+                    status,
+                    now_ns: self.device.now(),
+                    ..Default::default()
+                };
+                let len = resp
+                    .filter(|&addr| put(&**mem, answer, addr))
+                    .map_or(0, |_| CTRL_RESP_LEN);
+                (len, arrival, Instant::now())
+            }
+        };
+        self.completions.push(Pending {
+            queue: CONTROL_QUEUE,
+            head,
+            len,
+            due,
+            done_at,
+        });
+    }
+
+    /// Write `ev` into the next event buffer; it is used when `due` comes (with the
+    /// request that raised it). Without a buffer the event is dropped.
+    fn post_event(&mut self, vrings: &[VringRwLock], mem: &Mem, ev: VirtioMmcEvent, due: Instant) {
+        let eventq = &vrings[EVENT_QUEUE];
+        loop {
+            let chain = {
+                let mut guard = eventq.get_mut();
+                let queue = guard.get_queue_mut();
+                if queue.ready() {
+                    queue.pop_descriptor_chain(mem.clone())
+                } else {
+                    None
+                }
+            };
+            let Some(chain) = chain else {
+                self.events_dropped += 1;
+                log::info!(
+                    "event {} (val {:#x}) dropped: no buffer on the event queue",
+                    ev.kind,
+                    ev.val
+                );
+                return;
+            };
+            let head = chain.head_index();
+            match parse_event_buffer(chain) {
+                Ok(addr) => {
+                    let len = if put(&**mem, ev, addr) {
+                        std::mem::size_of::<VirtioMmcEvent>() as u32
+                    } else {
+                        0
+                    };
+                    self.completions.push(Pending {
+                        queue: EVENT_QUEUE,
+                        head,
+                        len,
+                        due,
+                        done_at: ev.at_ns,
+                    });
+                    return;
+                }
+                Err(problem) => {
+                    log::warn!("event buffer {head}: {problem}");
+                    self.completions.push(Pending {
+                        queue: EVENT_QUEUE,
+                        head,
+                        len: 0,
+                        due: Instant::now(),
+                        done_at: ev.at_ns,
+                    });
+                }
+            }
+        }
+    }
+
+    /// With nothing pending, spin on the request and control rings for up to the poll
+    /// window; take what arrives (each find restarts the window).
+    fn poll_for_more(&mut self, vrings: &[VringRwLock]) -> io::Result<()> {
+        if self.poll.is_zero() {
+            return Ok(());
+        }
+        let Some(atomic) = self.mem.clone() else {
+            return Ok(());
+        };
+        let mut deadline = Instant::now() + self.poll;
+        while self.completions.is_empty() && Instant::now() < deadline {
+            let mem = atomic.memory();
+            if ring_has_avail(&vrings[REQUEST_QUEUE], &*mem)
+                || ring_has_avail(&vrings[CONTROL_QUEUE], &*mem)
+            {
+                self.process(vrings)?;
+                deadline = Instant::now() + self.poll;
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        Ok(())
+    }
+}
+
+impl VhostUserBackend for EmmcMmcBackend {
+    type Bitmap = ();
+    type Vring = VringRwLock;
+
+    fn num_queues(&self) -> usize {
+        NUM_QUEUES
+    }
+
+    fn max_queue_size(&self) -> usize {
+        QUEUE_SIZE
+    }
+
+    fn features(&self) -> u64 {
+        self.features
+    }
+
+    fn protocol_features(&self) -> VhostUserProtocolFeatures {
+        VhostUserProtocolFeatures::CONFIG
+            | VhostUserProtocolFeatures::MQ
+            | VhostUserProtocolFeatures::REPLY_ACK
+            | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
+    }
+
+    fn set_event_idx(&self, enabled: bool) {
+        self.lock().event_idx = enabled;
+    }
+
+    fn update_memory(&self, mem: GuestMemoryAtomic<GuestMemoryMmap>) -> io::Result<()> {
+        self.lock().mem = Some(mem);
+        Ok(())
+    }
+
+    fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
+        let start = offset as usize;
+        let end = start.saturating_add(size as usize);
+        match self.config.get(start..end) {
+            Some(bytes) => bytes.to_vec(),
+            None => {
+                log::warn!(
+                    "GET_CONFIG {offset}+{size} outside the {}-byte config space",
+                    self.config.len()
+                );
+                Vec::new()
+            }
+        }
+    }
+
+    fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
+        let exit = self.exit.lock().unwrap_or_else(|p| p.into_inner());
+        let consumer = exit.0.try_clone().ok()?;
+        let notifier = exit.1.try_clone().ok()?;
+        Some((consumer, notifier))
+    }
+
+    fn handle_event(
+        &self,
+        device_event: u16,
+        evset: EventSet,
+        vrings: &[VringRwLock],
+        _thread_id: usize,
+    ) -> io::Result<()> {
+        if evset != EventSet::IN {
+            return Err(io::Error::other(format!("unexpected events {evset:?}")));
+        }
+        if vrings.len() < NUM_QUEUES {
+            return Err(io::Error::other(format!(
+                "{} vrings, the device has {NUM_QUEUES}",
+                vrings.len()
+            )));
+        }
+        let mut inner = self.lock();
+        match device_event {
+            0 | 1 => inner.process(vrings)?,
+            // New event buffers: they wait until an event needs one.
+            2 => {}
+            TIMER_EVENT => {
+                inner.completions.timer_fired();
+                let event_idx = inner.event_idx;
+                inner.completions.complete_due(vrings, event_idx, None)?;
+            }
+            other => return Err(io::Error::other(format!("unknown event {other}"))),
+        }
+        inner.poll_for_more(vrings)
+    }
+}

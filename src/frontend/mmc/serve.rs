@@ -1,0 +1,81 @@
+//! `vhost-user-emmc serve --transport mmc`: the card behind the emulated SDHCI host as a
+//! virtio-mmc device (docs/virtio-mmc.md). The daemon's lifecycle (socket, sessions,
+//! signals) is the one the blk transport uses ([`crate::frontend::serve`]).
+
+use std::sync::Arc;
+
+use super::backend::{EmmcMmcBackend, TIMER_EVENT};
+use super::device::MmcDevice;
+use crate::frontend::serve::{exact_timers, open_card, run_daemon, ServeArgs, ServedBackend};
+use crate::sim::command::{PackingArg, SchedulerArg};
+
+impl ServedBackend for EmmcMmcBackend {
+    fn timer_fd(&self) -> i32 {
+        EmmcMmcBackend::timer_fd(self)
+    }
+
+    fn timer_event(&self) -> u16 {
+        TIMER_EVENT
+    }
+
+    fn shutdown(&self) {
+        EmmcMmcBackend::shutdown(self)
+    }
+
+    fn restart(&self) -> Result<(), String> {
+        EmmcMmcBackend::restart(self);
+        Ok(())
+    }
+}
+
+/// Options that belong to the blk transport's own block driver.
+fn refuse_blk_options(args: &ServeArgs) -> Result<(), String> {
+    let mut given = Vec::new();
+    if args.trace.is_some() {
+        given.push("--trace");
+    }
+    if args.packing != PackingArg::Off {
+        given.push("--packing");
+    }
+    if args.scheduler != SchedulerArg::Noop {
+        given.push("--scheduler");
+    }
+    if given.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}: for --transport blk only (with mmc the guest's driver sends every command)",
+            given.join(", ")
+        ))
+    }
+}
+
+/// Serve the card as a virtio-mmc device until a signal.
+pub fn serve_mmc(args: &ServeArgs) -> Result<(), String> {
+    refuse_blk_options(args)?;
+    let pacing = args.pacing();
+    if pacing.is_realtime() {
+        exact_timers();
+    }
+    let (card, model) = open_card(args)?;
+    let device = MmcDevice::new(card, &model);
+    let c = device.config();
+    log::info!(
+        "model {}: virtio-mmc, caps {:#x}, {}..{} Hz, {} segments of {} bytes, \
+         {} bytes per request",
+        model.name,
+        c.caps,
+        c.f_min,
+        c.f_max,
+        c.max_segs,
+        c.max_seg_size,
+        c.max_req_size
+    );
+    let backend = Arc::new(EmmcMmcBackend::new(device, pacing).map_err(|e| e.to_string())?);
+    backend.set_poll(std::time::Duration::from_micros(args.poll_us));
+    backend.set_spin(
+        std::time::Duration::from_micros(args.spin_us),
+        std::time::Duration::from_micros(args.spin_max_us),
+    );
+    run_daemon(backend, &args.socket, &model.name)
+}
