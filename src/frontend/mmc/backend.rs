@@ -201,6 +201,9 @@ impl Inner {
             return Ok(());
         };
         let (requestq, controlq) = (&vrings[REQUEST_QUEUE], &vrings[CONTROL_QUEUE]);
+        // Rounds that found nothing although the avail index promised more: one covers a
+        // request that raced the re-enabled notification; more mean a corrupt ring.
+        let mut empty_rounds = 0;
         loop {
             if self.event_idx {
                 for q in [requestq, controlq] {
@@ -212,25 +215,26 @@ impl Inner {
             let mem = atomic.memory();
             let requests = take_chains(requestq, &mem);
             let controls = take_chains(controlq, &mem);
-            if requests.is_empty() && controls.is_empty() && !self.event_idx {
-                break;
-            }
+            let took = !(requests.is_empty() && controls.is_empty());
             for chain in requests {
                 self.request(vrings, &mem, chain);
             }
             for chain in controls {
                 self.control(&mem, chain);
             }
-            if !self.event_idx {
-                continue;
-            }
-            let mut more = false;
-            for q in [requestq, controlq] {
-                if q.get_ref().get_queue().ready() {
-                    more |= q.enable_notification().map_err(io::Error::other)?;
+            let mut more = took;
+            if self.event_idx {
+                more = false;
+                for q in [requestq, controlq] {
+                    if q.get_ref().get_queue().ready() {
+                        more |= q.enable_notification().map_err(io::Error::other)?;
+                    }
                 }
             }
-            if !more {
+            if !took {
+                empty_rounds += 1;
+            }
+            if !more || empty_rounds > 1 {
                 break;
             }
         }

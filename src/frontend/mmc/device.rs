@@ -25,6 +25,11 @@ use crate::timing::Nanos;
 /// The farthest ahead of the card's time `IDLE_UNTIL` may ask for (one hour): a guest may
 /// idle its card, not throw its clock to the end of time.
 pub const MAX_IDLE_NS: Nanos = 3_600 * 1_000_000_000;
+/// Card time the device refuses to go beyond (about 146 years): no single request or
+/// idle can then take the card's clock near the end of `u64`, whatever a guest asks for
+/// (a request costs at most minutes of card time at `f_min`, an idle at most
+/// [`MAX_IDLE_NS`]).
+pub const CARD_TIME_LIMIT: Nanos = 1 << 62;
 /// Lowest clock offered when the controller makes any clock exactly (the lowest
 /// identification frequency Linux's core tries).
 const F_MIN_EXACT_HZ: u32 = 100_000;
@@ -287,6 +292,22 @@ impl MmcDevice {
         req: &MmcReq,
         arrival: Nanos,
     ) -> Executed {
+        if arrival.max(self.host.now()) >= CARD_TIME_LIMIT {
+            log::warn!(
+                "CMD{}: card time {} ns is at the device's limit; refused",
+                req.hdr.cmd.opcode,
+                arrival.max(self.host.now())
+            );
+            return Executed {
+                resp: VirtioMmcResp {
+                    status: STATUS_IOERR,
+                    ..Default::default()
+                },
+                data_len: 0,
+                done_at: self.host.now(),
+                events: Vec::new(),
+            };
+        }
         self.start_at(arrival);
         let h = &req.hdr;
         let sbc = req.has(REQ_F_SBC).then(|| command(&h.sbc));
@@ -417,10 +438,10 @@ impl MmcDevice {
         events
     }
 
-    /// Execute one control request arriving at card time `arrival`. Returns the result
-    /// and the card time at which it completes.
+    /// Execute one control request arriving at card time `arrival`; the result's `now_ns`
+    /// is the card time at which it completes.
     pub fn control(&mut self, req: &VirtioMmcCtrlReq, arrival: Nanos) -> VirtioMmcCtrlResp {
-        self.start_at(arrival);
+        self.start_at(arrival.min(CARD_TIME_LIMIT));
         let mut out = VirtioMmcCtrlResp::default();
         let refuse = |what: String| {
             log::warn!("control: {what}");
@@ -434,6 +455,12 @@ impl MmcDevice {
                     "SET_IOS: clock {} Hz above f_max {}",
                     ios.clock, self.config.f_max
                 )),
+                Ok(ios) if ios.clock != 0 && ios.clock < u64::from(self.config.f_min) => {
+                    refuse(format!(
+                        "SET_IOS: clock {} Hz below f_min {}",
+                        ios.clock, self.config.f_min
+                    ))
+                }
                 Ok(ios) if ios.bus_width > self.bus_width => refuse(format!(
                     "SET_IOS: {} data lines on a {}-bit host",
                     ios.bus_width, self.bus_width
@@ -470,7 +497,12 @@ impl MmcDevice {
             }
             CTRL_IDLE_UNTIL => {
                 let now = self.host.now();
-                if req.arg0 > now.saturating_add(MAX_IDLE_NS) {
+                if req.arg0 >= CARD_TIME_LIMIT {
+                    refuse(format!(
+                        "IDLE_UNTIL {} ns is beyond the device's card time limit",
+                        req.arg0
+                    ))
+                } else if req.arg0 > now.saturating_add(MAX_IDLE_NS) {
                     refuse(format!(
                         "IDLE_UNTIL {} ns is more than {} s past card time {now} ns",
                         req.arg0,

@@ -201,7 +201,7 @@ pub struct VirtioMmcCtrlResp {
 /// `VirtioMmcEvent::kind`.
 /// The card raised EXCEPTION_EVENT in an R1 (EXCEPTION_EVENTS_STATUS in `val`).
 pub const EVENT_EXCEPTION: u32 = 1;
-/// BKOPS_STATUS reached 2 or more without an exception being enabled (`val` = level).
+/// BKOPS_STATUS rose to 2 or more (urgent; `val` = level), as docs/virtio-mmc.md says.
 pub const EVENT_BKOPS_NEEDED: u32 = 2;
 
 /// One event, written into a device-writable buffer the driver queued. 24 bytes.

@@ -13,7 +13,7 @@ use vm_memory::{
 use vmm_sys_util::epoll::EventSet;
 
 use super::backend::{EmmcMmcBackend, TIMER_EVENT};
-use super::device::MmcDevice;
+use super::device::{MmcDevice, CARD_TIME_LIMIT};
 use super::proto::*;
 use super::request::{CTRL_REQ_LEN, CTRL_RESP_LEN, EVENT_LEN, HDR_LEN, RESP_LEN};
 use crate::card::ext_csd as ext;
@@ -116,6 +116,15 @@ impl Rig {
             rings,
             next_buf: 0x10_0000,
         }
+    }
+
+    /// Negotiate VIRTIO_RING_F_EVENT_IDX, as Linux's virtio core does.
+    fn with_event_idx(self) -> Rig {
+        self.backend.set_event_idx(true);
+        for r in &self.rings {
+            r.vring.set_queue_event_idx(true);
+        }
+        self
     }
 
     /// `len` bytes of fresh guest memory, 8-byte aligned.
@@ -783,6 +792,14 @@ fn control_requests_set_and_report_ios_time_and_card_detect() {
             1 | 2 << 16,
             STATUS_IOERR,
         ),
+        ("below f_min", CTRL_SET_IOS, 1000, 1 | 2 << 16, STATUS_IOERR),
+        (
+            "reserved bits",
+            CTRL_SET_IOS,
+            400_000,
+            1 | 2 << 16 | 1 << 30,
+            STATUS_IOERR,
+        ),
     ] {
         assert_eq!(rig.control(kind, arg0, arg1).status, status, "{what}");
     }
@@ -988,4 +1005,202 @@ fn config_space_describes_the_host() {
     for bit in [28u32, 29, 32] {
         assert_ne!(f & (1 << bit), 0, "feature bit {bit}");
     }
+}
+
+#[test]
+fn with_event_idx_requests_and_control_requests_are_served_as_without() {
+    let mut rig = Rig::new(model(0), Pacing::Off).with_event_idx();
+    rig.bring_up();
+    // Several requests and a control request in one notification.
+    let a = rig.stage(hdr(cmd(13, RCA, RESP_R1)), &[]);
+    let b = rig.stage(hdr(cmd(13, RCA, RESP_R1)), &[]);
+    let c = rig.stage_control(CTRL_GET_TIME, 0, 0);
+    rig.kick(REQUEST_QUEUE as u16);
+    assert_eq!(rig.used(REQUEST_QUEUE).len(), 2);
+    assert_eq!(
+        rig.used(CONTROL_QUEUE).len(),
+        1,
+        "taken on the same notification"
+    );
+    let (ra, rb): (VirtioMmcResp, VirtioMmcResp) = (rig.get(a), rig.get(b));
+    assert_eq!(state(ra.cmd.resp[0]), CardState::Tran.number());
+    assert!(rb.start_ns >= ra.end_ns, "one at a time, in order");
+    let t: VirtioMmcCtrlResp = rig.get(c);
+    assert!(t.now_ns >= rb.end_ns, "the control request ran after both");
+    // The device re-armed notifications: avail_event follows what it consumed.
+    let m = rig.mem.memory();
+    let r = &rig.rings[REQUEST_QUEUE];
+    let avail_event: u16 = m
+        .read_obj(GuestAddress(r.used_ring + 4 + 8 * u64::from(QUEUE_LEN)))
+        .unwrap();
+    assert_eq!(avail_event, r.next_avail);
+}
+
+#[test]
+fn a_corrupt_avail_index_neither_hangs_nor_panics_the_device() {
+    for event_idx in [false, true] {
+        let mut rig = Rig::new(model(0), Pacing::Off);
+        if event_idx {
+            rig = rig.with_event_idx();
+        }
+        // The driver claims 1000 more chains than the ring holds.
+        let r = &rig.rings[REQUEST_QUEUE];
+        rig.mem
+            .memory()
+            .write_obj(1000u16, GuestAddress(r.avail + 2))
+            .unwrap();
+        rig.kick(REQUEST_QUEUE as u16);
+        assert!(rig.used(REQUEST_QUEUE).is_empty(), "event_idx {event_idx}");
+        // The control queue still works.
+        assert_eq!(rig.control(CTRL_GET_TIME, 0, 0).status, STATUS_OK);
+    }
+}
+
+#[test]
+fn card_time_never_runs_to_the_end_of_its_range() {
+    let mut rig = Rig::new(model(0), Pacing::Off);
+    rig.bring_up();
+    // A guest that idled its card for a century and a half, an hour at a time.
+    rig.backend
+        .with_device(|d| d.host_mut().now = CARD_TIME_LIMIT - 1000);
+    let r = rig.control(CTRL_IDLE_UNTIL, CARD_TIME_LIMIT, 0);
+    assert_eq!(r.status, STATUS_IOERR);
+    assert_eq!(
+        rig.control(CTRL_IDLE_UNTIL, CARD_TIME_LIMIT - 1, 0).status,
+        STATUS_OK
+    );
+    // This one still runs, and takes the card past the limit…
+    let s = rig.command(13, RCA, RESP_R1);
+    assert!(s.end_ns >= CARD_TIME_LIMIT);
+    // …so the next is refused.
+    let commands = rig.backend.with_device(|d| d.card().stats().commands);
+    let at = rig.stage(hdr(cmd(13, RCA, RESP_R1)), &[]);
+    rig.kick(REQUEST_QUEUE as u16);
+    assert_eq!(rig.used(REQUEST_QUEUE).len(), 1);
+    assert_eq!(rig.get::<VirtioMmcResp>(at).status, STATUS_IOERR);
+    assert_eq!(
+        rig.backend.with_device(|d| d.card().stats().commands),
+        commands,
+        "nothing reached the card"
+    );
+}
+
+#[test]
+fn a_new_session_finds_the_cache_written_back_and_the_host_reset() {
+    let mut rig = Rig::new(model(0), Pacing::Off);
+    rig.bring_up();
+    let buf = rig.alloc(512);
+    rig.mem
+        .memory()
+        .write_slice(&[0x3C; 512], GuestAddress(buf))
+        .unwrap();
+    let w = VirtioMmcReqHdr {
+        flags: REQ_F_DATA | REQ_F_WRITE,
+        blksz: 512,
+        blocks: 1,
+        ..hdr(cmd(24, 20, RESP_R1))
+    };
+    assert_eq!(rig.request(w, &[(buf, 512)]).data_error, ERR_NONE);
+    assert!(!rig
+        .backend
+        .with_device(|d| d.card().volatile_sectors().is_empty()));
+    // The frontend leaves; the daemon restarts the card for the next one.
+    rig.backend.restart();
+    assert!(
+        rig.backend
+            .with_device(|d| d.card().volatile_sectors().is_empty()),
+        "the cache was written back"
+    );
+    assert_eq!(
+        rig.backend.with_device(|d| d.card().state()),
+        CardState::Idle
+    );
+    // The next frontend (same rings here) maps its memory and finds reset settings.
+    rig.backend.update_memory(rig.mem.clone()).unwrap();
+    let ios = rig.control(CTRL_GET_IOS, 0, 0);
+    assert_eq!(ios.val0, 400_000);
+    assert_eq!(
+        ios.val1,
+        1 | u64::from(TIMING_LEGACY) << 8 | u64::from(POWER_ON) << 16
+    );
+    rig.bring_up();
+    let back = rig.alloc(512);
+    let rd = VirtioMmcReqHdr {
+        flags: REQ_F_DATA,
+        blksz: 512,
+        blocks: 1,
+        ..hdr(cmd(17, 20, RESP_R1))
+    };
+    assert_eq!(rig.request(rd, &[(back, 512)]).data_error, ERR_NONE);
+    let mut got = [0u8; 512];
+    rig.mem
+        .memory()
+        .read_slice(&mut got, GuestAddress(back))
+        .unwrap();
+    assert_eq!(got, [0x3C; 512], "the write survived the session change");
+}
+
+#[test]
+fn shutdown_writes_the_cache_back() {
+    let mut rig = Rig::new(model(0), Pacing::Off);
+    rig.bring_up();
+    let buf = rig.alloc(4096);
+    let w = VirtioMmcReqHdr {
+        flags: REQ_F_SBC | REQ_F_DATA | REQ_F_WRITE,
+        sbc: cmd(23, 8, RESP_R1),
+        blksz: 512,
+        blocks: 8,
+        ..hdr(cmd(25, 800, RESP_R1))
+    };
+    assert_eq!(rig.request(w, &[(buf, 4096)]).data_error, ERR_NONE);
+    assert!(!rig
+        .backend
+        .with_device(|d| d.card().volatile_sectors().is_empty()));
+    rig.backend.shutdown();
+    assert!(rig
+        .backend
+        .with_device(|d| d.card().volatile_sectors().is_empty()));
+}
+
+/// Requests made available together run one after another on the single slot, each
+/// completion signalled at its own card time.
+#[test]
+fn in_real_time_queued_requests_start_when_the_one_before_ended() {
+    let mut rig = Rig::new(model(0), Pacing::Realtime { scale: 1.0 });
+    // IDLE_UNTIL 10 ms, then CMD0, then IDLE_UNTIL 20 ms: one notification.
+    let t0 = rig.backend.card_now();
+    let a = rig.stage_control(CTRL_IDLE_UNTIL, t0 + 10_000_000, 0);
+    let start = Instant::now();
+    rig.kick(CONTROL_QUEUE as u16);
+    let r = rig.stage(hdr(cmd(0, 0, RESP_NONE)), &[]);
+    rig.kick(REQUEST_QUEUE as u16);
+    let b = rig.stage_control(CTRL_IDLE_UNTIL, t0 + 20_000_000, 0);
+    rig.kick(CONTROL_QUEUE as u16);
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        assert!(start.elapsed() < Duration::from_secs(5), "never completed");
+        rig.tick();
+        for q in [CONTROL_QUEUE, REQUEST_QUEUE] {
+            for _ in rig.used(q) {
+                seen.push((q, start.elapsed()));
+            }
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let ra: VirtioMmcCtrlResp = rig.get(a);
+    let rr: VirtioMmcResp = rig.get(r);
+    let rb: VirtioMmcCtrlResp = rig.get(b);
+    assert_eq!(ra.now_ns, t0 + 10_000_000);
+    assert!(
+        rr.start_ns >= ra.now_ns,
+        "CMD0 waited for the idle before it"
+    );
+    assert_eq!(rb.now_ns, t0 + 20_000_000);
+    assert_eq!(
+        seen.iter().map(|s| s.0).collect::<Vec<_>>(),
+        [CONTROL_QUEUE, REQUEST_QUEUE, CONTROL_QUEUE],
+        "completions in card-time order"
+    );
+    assert!(seen[0].1 >= Duration::from_millis(10), "{seen:?}");
+    assert!(seen[2].1 >= Duration::from_millis(20), "{seen:?}");
 }
