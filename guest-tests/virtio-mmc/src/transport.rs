@@ -104,9 +104,7 @@ pub trait Transport {
 pub struct VhostUserOptions {
     /// Entries of each virtqueue (a power of two the device accepts).
     pub queue_size: u16,
-    /// Negotiate VIRTIO_RING_F_EVENT_IDX when offered. Off by default: with it, the
-    /// daemon at times waits for a kick that `virtio-driver`'s notification suppression
-    /// decided not to send (stalls of milliseconds; see the crate's README).
+    /// Negotiate VIRTIO_RING_F_EVENT_IDX when offered.
     pub event_idx: bool,
     /// Busy-poll the used ring this long before sleeping on the call eventfd.
     pub spin: Duration,
@@ -125,7 +123,7 @@ impl Default for VhostUserOptions {
     fn default() -> Self {
         VhostUserOptions {
             queue_size: 256,
-            event_idx: false,
+            event_idx: true,
             spin: Duration::from_micros(50),
             timeout: Duration::from_secs(60),
             mem_size: 4 << 20,

@@ -8,8 +8,9 @@
 //! ```
 //!
 //! Without `--socket` it starts `vhost-user-emmc serve --transport mmc --timing off` on a
-//! fresh image of `--model` (default `ideal`) and stops it at the end. `--event-idx`
-//! negotiates VIRTIO_RING_F_EVENT_IDX (with `--always-kick`: kick on every chain anyway).
+//! fresh image of `--model` (default `ideal`) and stops it at the end. VIRTIO_RING_F_EVENT_IDX
+//! is negotiated unless `--no-event-idx`; `--always-kick` kicks on every chain even where
+//! the device's avail event says it need not (to tell a notification problem from others).
 
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -41,7 +42,7 @@ fn parse() -> Result<Args, String> {
         depth: 16,
         socket: None,
         model: "ideal".into(),
-        event_idx: false,
+        event_idx: true,
         always_kick: false,
     };
     let mut it = std::env::args().skip(1);
@@ -52,11 +53,11 @@ fn parse() -> Result<Args, String> {
             "--depth" => a.depth = v()?.parse().map_err(|e| format!("--depth: {e}"))?,
             "--socket" => a.socket = Some(v()?),
             "--model" => a.model = v()?,
-            "--event-idx" => a.event_idx = true,
+            "--no-event-idx" => a.event_idx = false,
             "--always-kick" => a.always_kick = true,
             "-h" | "--help" => {
                 return Err(
-                    "usage: virtio-mmc-bench [--seconds S] [--depth N] [--socket PATH] [--model NAME] [--event-idx [--always-kick]]"
+                    "usage: virtio-mmc-bench [--seconds S] [--depth N] [--socket PATH] [--model NAME] [--no-event-idx] [--always-kick]"
                         .into(),
                 )
             }
