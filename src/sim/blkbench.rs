@@ -17,9 +17,9 @@ use super::engine::{run, Process, ProcessStats};
 use super::procs::{BufferedWriter, FileRewriter, SequentialReader};
 use super::report::{flash_line, CardCounters, LatencySummary};
 use crate::card::Card;
-use crate::host::blkdrv::{BkopsPolicy, BlkConfig, BlkStats, HpiPolicy, MmcBlk};
+use crate::host::blkdrv::{BkopsPolicy, BlkConfig, BlkData, BlkStats, HpiPolicy, MmcBlk};
 use crate::host::iosched::Elevator;
-use crate::host::mmc::MmcHost;
+use crate::host::mmc::{MmcHost, MmcHostOps};
 use crate::host::packing::{PackingMode, StopReason};
 use crate::host::sdhci::SdhciConfig;
 use crate::model::DeviceModel;
@@ -61,16 +61,24 @@ pub fn driver(model: &DeviceModel, setup: &DriverSetup) -> Result<MmcBlk<MmcHost
     let card =
         Card::new(model.clone(), Box::new(NullStore::new(layout))).map_err(|e| e.to_string())?;
     let host = MmcHost::with_config(card, SdhciConfig::for_model(&model.host));
-    let cfg = BlkConfig {
-        packing: setup.packing,
-        elevator: setup.elevator,
-        hpi: setup.hpi,
-        bkops: setup.bkops,
-        pipeline: setup.pipeline,
-        cmd23: setup.cmd23,
-        ..BlkConfig::for_model(&model.host)
-    };
-    MmcBlk::probe(host, cfg).map_err(|e| format!("bring-up: {e}"))
+    MmcBlk::probe(host, setup.blk_config(model)).map_err(|e| format!("bring-up: {e}"))
+}
+
+impl DriverSetup {
+    /// The block driver's configuration: the model's `[host]` section with this setup's
+    /// policies. A driver on another transport of the same card (virtio-mmc) probes with
+    /// it to run the same experiment.
+    pub fn blk_config(&self, model: &DeviceModel) -> BlkConfig {
+        BlkConfig {
+            packing: self.packing,
+            elevator: self.elevator,
+            hpi: self.hpi,
+            bkops: self.bkops,
+            pipeline: self.pipeline,
+            cmd23: self.cmd23,
+            ..BlkConfig::for_model(&model.host)
+        }
+    }
 }
 
 /// What the workload is made of.
@@ -200,13 +208,27 @@ fn mode_name(m: PackingMode) -> String {
     }
 }
 
-/// Run one experiment on a fresh card of `model`.
-pub fn run_experiment(
-    model: &DeviceModel,
-    setup: &DriverSetup,
+/// What a workload measured, on any host: the processes' figures and the driver's.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkloadReport {
+    pub workload: String,
+    pub card_time_s: f64,
+    /// Reads and writes of all processes together.
+    pub read: LatencySummary,
+    pub write: LatencySummary,
+    pub processes: Vec<ProcessReport>,
+    /// iozone: write and rewrite throughput in KB/s (1000 bytes).
+    pub iozone_kb_per_s: Option<(f64, f64)>,
+    pub driver: BlkStats,
+}
+
+/// Run one experiment on a driver already brought up, whatever its host: the in-process
+/// SDHCI model ([`run_experiment`]) or a virtio-mmc transport. The experiment's regions
+/// follow the driver's device size; time is the host's card time.
+pub fn run_experiment_on<H: MmcHostOps, D: BlkData>(
+    drv: &mut MmcBlk<H, D>,
     exp: &Experiment,
-) -> Result<DriverReport, String> {
-    let mut drv = driver(model, setup)?;
+) -> WorkloadReport {
     let t0 = drv.now();
     let size = drv.sectors();
     // Regions: the reader from the start of the user area, writers from a quarter in.
@@ -294,7 +316,7 @@ pub fn run_experiment(
             )
         }
     };
-    let end = run(&mut drv, &mut procs, limit);
+    let end = run(drv, &mut procs, limit);
     let elapsed = end.end.saturating_sub(end.start).max(1);
     let mut all = ProcessStats::default();
     let mut reports = Vec::new();
@@ -307,21 +329,40 @@ pub fn run_experiment(
         all.errors += s.errors;
         reports.push(ProcessReport::new(p.name(), s, elapsed));
     }
-    let iozone_kb = iozone
+    let iozone_kb_per_s = iozone
         .and_then(|i| procs[i].phase_rates())
         .map(|(w, rw)| (w / 1000.0, rw / 1000.0));
-    let st = drv.stats().clone();
-    let card = &drv.host().card;
-    Ok(DriverReport {
-        model: model.name.clone(),
+    WorkloadReport {
         workload: exp.name(),
-        scheduler: setup.elevator.name().to_string(),
-        packing: mode_name(setup.packing),
         card_time_s: elapsed as f64 / 1e9,
         read: LatencySummary::new(&all.reads, all.bytes_read, elapsed),
         write: LatencySummary::new(&all.writes, all.bytes_written, elapsed),
         processes: reports,
-        iozone_kb_per_s: iozone_kb,
+        iozone_kb_per_s,
+        driver: drv.stats().clone(),
+    }
+}
+
+/// Run one experiment on a fresh card of `model`.
+pub fn run_experiment(
+    model: &DeviceModel,
+    setup: &DriverSetup,
+    exp: &Experiment,
+) -> Result<DriverReport, String> {
+    let mut drv = driver(model, setup)?;
+    let w = run_experiment_on(&mut drv, exp);
+    let st = w.driver;
+    let card = &drv.host().card;
+    Ok(DriverReport {
+        model: model.name.clone(),
+        workload: w.workload,
+        scheduler: setup.elevator.name().to_string(),
+        packing: mode_name(setup.packing),
+        card_time_s: w.card_time_s,
+        read: w.read,
+        write: w.write,
+        processes: w.processes,
+        iozone_kb_per_s: w.iozone_kb_per_s,
         write_packing: PackingReport {
             packed: st
                 .write_packing

@@ -9,7 +9,7 @@
 //! instant; the process still submits with its own timestamp, and the scheduler sees the
 //! request when the driver next looks, as the queue thread of a real driver would.
 
-use crate::host::blkdrv::{Advance, BlkCompletion, MmcBlk};
+use crate::host::blkdrv::{Advance, BlkCompletion, BlkData, MmcBlk};
 use crate::host::mmc::MmcHostOps;
 use crate::host::packing::BlkRequest;
 use crate::timing::Nanos;
@@ -147,8 +147,8 @@ pub struct RunEnd {
 
 /// Run `procs` against `drv` until every process is done and the driver is idle, or
 /// until card time `start + limit`.
-pub fn run<H: MmcHostOps>(
-    drv: &mut MmcBlk<H>,
+pub fn run<H: MmcHostOps, D: BlkData>(
+    drv: &mut MmcBlk<H, D>,
     procs: &mut [Box<dyn Process>],
     limit: Nanos,
 ) -> RunEnd {

@@ -1,0 +1,138 @@
+//! The driver against the in-process device (`Loopback`): the encoding of requests,
+//! responses, ios and time, without a daemon. The same card and SDHCI model run on both
+//! sides of the comparison, so everything must agree exactly.
+
+use vhost_user_emmc::host::packing::PackingMode;
+use vhost_user_emmc::model::DeviceModel;
+use vhost_user_emmc::sim::blkbench::{driver, run_experiment_on, DriverSetup, Experiment};
+use virtio_mmc_driver::loopback::Loopback;
+use virtio_mmc_driver::{VirtioMmcBlk, VirtioMmcHost};
+
+fn model(name: &str) -> DeviceModel {
+    DeviceModel::load(name).unwrap()
+}
+
+fn host(m: &DeviceModel) -> VirtioMmcHost<Loopback> {
+    VirtioMmcHost::new(Loopback::for_model(m).unwrap()).unwrap()
+}
+
+#[test]
+fn bring_up_over_the_wire_format_reaches_the_same_card_state_and_time() {
+    let m = model("generic-emmc45");
+    let setup = DriverSetup::default();
+    let local = driver(&m, &setup).unwrap();
+    let blk = VirtioMmcBlk::probe(host(&m), setup.blk_config(&m)).unwrap();
+    assert_eq!(blk.driver().card().ext_csd, local.card().ext_csd);
+    assert_eq!(blk.driver().card().csd, local.card().csd);
+    assert_eq!(blk.driver().now(), local.now(), "card time after bring-up");
+    assert!(blk.host().stats().requests > 10);
+    assert_eq!(blk.host().stats().refused, 0);
+}
+
+#[test]
+fn block_writes_read_back_over_the_wire_format() {
+    let m = model("generic-emmc45");
+    let mut blk = VirtioMmcBlk::probe(host(&m), DriverSetup::default().blk_config(&m)).unwrap();
+    let data: Vec<u8> = (0..64 * 1024).map(|i| (i * 7 + i / 512) as u8).collect();
+    blk.write(2048, &data).unwrap();
+    blk.write_fua(4096, &data[..4096]).unwrap();
+    blk.flush().unwrap();
+    let mut back = vec![0u8; data.len()];
+    blk.read(2048, &mut back).unwrap();
+    assert_eq!(back, data);
+    let mut back = vec![0u8; 4096];
+    blk.read(4096, &mut back).unwrap();
+    assert_eq!(back, data[..4096]);
+    blk.discard(0, 1024).unwrap();
+}
+
+#[test]
+fn lmdd_write_over_the_wire_format_takes_exactly_the_in_process_card_time() {
+    let m = model("msm-emmc45-sdr50");
+    let exp = Experiment::LmddWrite {
+        bytes: 8 << 20,
+        bs: 128,
+        depth: 128,
+        batch: 16,
+    };
+    for packing in [PackingMode::Off, PackingMode::Always] {
+        let setup = DriverSetup {
+            packing,
+            ..DriverSetup::default()
+        };
+        let mut local = driver(&m, &setup).unwrap();
+        let want = run_experiment_on(&mut local, &exp);
+        let mut blk =
+            vhost_user_emmc::host::blkdrv::MmcBlk::probe(host(&m), setup.blk_config(&m)).unwrap();
+        let got = run_experiment_on(&mut blk, &exp);
+        eprintln!(
+            "{packing:?}: {} ops, {:.3} s, {:.2} MB/s, {} packed",
+            got.write.ops, got.card_time_s, got.write.mb_per_s, got.driver.packed_writes
+        );
+        assert_eq!(got.write.ops, want.write.ops, "{packing:?}");
+        assert!(got.write.ops > 0);
+        assert_eq!(got.card_time_s, want.card_time_s, "{packing:?}");
+        assert_eq!(got.driver, want.driver, "{packing:?}");
+    }
+}
+
+// ---- the socket tests' scenarios, against the in-process device ------------------------
+
+mod common;
+
+fn lb(name: &str) -> VirtioMmcHost<Loopback> {
+    host(&model(name))
+}
+
+#[test]
+fn scenario_bring_up() {
+    let m = model("generic-emmc45");
+    common::bring_up(host(&m), &m);
+}
+
+#[test]
+fn scenario_partitions() {
+    common::partitions(&mut lb("generic-emmc45"));
+}
+
+#[test]
+fn scenario_packed_write() {
+    common::packed_write(&mut lb("generic-emmc45"), 10);
+}
+
+#[test]
+fn scenario_packed_by_the_driver() {
+    let m = model("generic-emmc45");
+    common::packed_by_the_driver(host(&m), &m, 12);
+}
+
+#[test]
+fn scenario_hpi_long_write() {
+    common::hpi_long_write(&mut lb("toshiba-mmc32g"));
+}
+
+#[test]
+fn scenario_hpi_by_the_driver() {
+    let m = model("toshiba-mmc32g");
+    common::hpi_by_the_driver(host(&m), &m);
+}
+
+#[test]
+fn scenario_bkops_interrupted() {
+    common::bkops_interrupted(&mut lb("toshiba-mmc32g"));
+}
+
+#[test]
+fn scenario_rpmb() {
+    common::rpmb(&mut lb("generic-emmc45"));
+}
+
+#[test]
+fn scenario_illegal_command() {
+    common::illegal_command(&mut lb("generic-emmc45"));
+}
+
+#[test]
+fn scenario_malformed() {
+    common::malformed(&mut lb("generic-emmc45"));
+}

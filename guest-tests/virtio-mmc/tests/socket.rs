@@ -1,0 +1,198 @@
+//! The driver against the daemon over a real vhost-user socket:
+//! `vhost-user-emmc serve --transport mmc --timing off`, started per test on a fresh image
+//! in a temporary directory. The daemon binary comes from the workspace build
+//! (`cargo build -p vhost-user-emmc`, which `cargo test --workspace` does) or
+//! `$VHOST_USER_EMMC_BIN`.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use vhost_user_emmc::host::mmc::MmcHostOps;
+use vhost_user_emmc::host::packing::PackingMode;
+use vhost_user_emmc::host::sdhci::SdhciError;
+use vhost_user_emmc::sim::blkbench::{driver, run_experiment_on, DriverSetup, Experiment};
+use virtio_mmc_driver::daemon::Daemon;
+use virtio_mmc_driver::{
+    TransportError, VhostUserOptions, VhostUserTransport, VirtioMmcBlk, VirtioMmcHost,
+};
+
+fn daemon(model: &str) -> Daemon {
+    Daemon::spawn(model, &[]).expect("the daemon starts")
+}
+
+fn attach(d: &Daemon) -> VirtioMmcHost {
+    VirtioMmcHost::connect(d.socket_str()).expect("attach to the daemon")
+}
+
+#[test]
+fn attaches_with_version_1_and_reads_the_config_space() {
+    let d = daemon("generic-emmc45");
+    let h = attach(&d);
+    let f = h.transport().features();
+    assert_ne!(f & (1 << 32), 0, "VIRTIO_F_VERSION_1 negotiated");
+    let c = h.config();
+    assert!(c.max_segs >= 1 && c.max_seg_size >= 512);
+    assert!(c.max_req_size >= 512 * 1024 / 2, "{c:?}");
+    assert!(c.max_blk_size >= 512);
+    let caps = h.host_caps();
+    assert_eq!(caps.bus_width, 8, "the model's host has 8 lines: {c:?}");
+    assert!(caps.hpi && caps.bkops && caps.cache, "{c:?}");
+}
+
+#[test]
+fn bring_up_reaches_tran_with_the_models_ext_csd() {
+    let d = daemon("generic-emmc45");
+    let m = common::model("generic-emmc45");
+    let mut blk = common::bring_up(attach(&d), &m);
+    // And the block API moves data.
+    let data = common::pattern(0x42, 128 * 1024);
+    blk.write(8192, &data).unwrap();
+    blk.write_fua(16_384, &data[..8192]).unwrap();
+    blk.flush().unwrap();
+    let mut back = vec![0u8; data.len()];
+    blk.read(8192, &mut back).unwrap();
+    assert!(back == data, "read back what was written");
+    let mut back = vec![0u8; 8192];
+    blk.read(16_384, &mut back).unwrap();
+    assert!(back == data[..8192]);
+    blk.discard(0, 2048).unwrap();
+    assert!(blk.driver().stats().flushes >= 1);
+}
+
+#[test]
+fn user_boot_and_gp_partitions_keep_their_data() {
+    let d = daemon("generic-emmc45");
+    common::partitions(&mut attach(&d));
+}
+
+#[test]
+fn a_packed_write_of_n_entries_reads_back() {
+    let d = daemon("generic-emmc45");
+    common::packed_write(&mut attach(&d), 24);
+}
+
+#[test]
+fn the_block_driver_packs_queued_writes_through_the_socket() {
+    let d = daemon("generic-emmc45");
+    let m = common::model("generic-emmc45");
+    common::packed_by_the_driver(attach(&d), &m, 16);
+}
+
+#[test]
+fn hpi_interrupts_a_long_write_and_the_rest_is_reissued() {
+    let d = daemon("toshiba-mmc32g");
+    common::hpi_long_write(&mut attach(&d));
+}
+
+#[test]
+fn the_block_drivers_hpi_policy_works_through_the_socket() {
+    let d = daemon("toshiba-mmc32g");
+    let m = common::model("toshiba-mmc32g");
+    common::hpi_by_the_driver(attach(&d), &m);
+}
+
+#[test]
+fn bkops_is_started_and_interrupted() {
+    let d = daemon("toshiba-mmc32g");
+    common::bkops_interrupted(&mut attach(&d));
+}
+
+#[test]
+fn rpmb_key_counter_authenticated_write_and_read() {
+    let d = daemon("generic-emmc45");
+    common::rpmb(&mut attach(&d));
+}
+
+#[test]
+fn an_illegal_command_shows_in_the_next_status() {
+    let d = daemon("generic-emmc45");
+    common::illegal_command(&mut attach(&d));
+}
+
+#[test]
+fn malformed_requests_get_an_error_status_and_the_daemon_goes_on() {
+    let mut d = daemon("generic-emmc45");
+    common::malformed(&mut attach(&d));
+    assert!(d.running());
+}
+
+/// Seed 000's lmdd write (64 KiB writeback requests and an fsync) on msm-emmc45-sdr50,
+/// packing always and off: the block driver through the socket, in the device's card
+/// time, against the simulator's in-process run.
+#[test]
+fn lmdd_write_through_the_socket_matches_the_simulator() {
+    let m = common::model("msm-emmc45-sdr50");
+    let exp = Experiment::LmddWrite {
+        bytes: 16 << 20,
+        bs: 128,
+        depth: 128,
+        batch: 16,
+    };
+    let mut rates = Vec::new();
+    for packing in [PackingMode::Always, PackingMode::Off] {
+        let setup = DriverSetup {
+            packing,
+            ..DriverSetup::default()
+        };
+        let mut local = driver(&m, &setup).unwrap();
+        let sim = run_experiment_on(&mut local, &exp);
+        let d = daemon("msm-emmc45-sdr50");
+        let mut drv =
+            vhost_user_emmc::host::blkdrv::MmcBlk::probe(attach(&d), setup.blk_config(&m))
+                .expect("probe over the socket");
+        let sock = run_experiment_on(&mut drv, &exp);
+        assert!(drv.host().error().is_none());
+        let (s, w) = (sock.write.mb_per_s, sim.write.mb_per_s);
+        eprintln!(
+            "lmdd-write {packing:?}: socket {s:.3} MB/s ({} ops, {} packed), simulator {w:.3} MB/s ({} ops, {} packed)",
+            sock.write.ops, sock.driver.packed_writes, sim.write.ops, sim.driver.packed_writes
+        );
+        assert_eq!(sock.write.ops, sim.write.ops);
+        assert!(sim.write.ops > 0 && w > 0.0);
+        assert!(
+            (s - w).abs() <= 0.02 * w,
+            "{packing:?}: socket {s:.3} MB/s vs simulator {w:.3} MB/s"
+        );
+        if packing == PackingMode::Always {
+            assert!(sock.driver.packed_writes > 0, "packing happened");
+        } else {
+            assert_eq!(sock.driver.packed_writes, 0);
+        }
+        rates.push(s);
+    }
+    assert!(rates[0] > rates[1], "packing pays on this model: {rates:?}");
+}
+
+/// The daemon goes away: the next request is a transport error, not a panic or a hang,
+/// and the MMC core sees commands that time out.
+#[test]
+fn a_vanished_daemon_is_a_clear_error() {
+    let mut d = daemon("generic-emmc45");
+    let t = VhostUserTransport::connect_with(
+        d.socket_str(),
+        VhostUserOptions {
+            timeout: Duration::from_secs(20),
+            ..VhostUserOptions::default()
+        },
+    )
+    .unwrap();
+    let mut h = VirtioMmcHost::new(t).unwrap();
+    common::init(&mut h);
+    d.kill();
+    let start = Instant::now();
+    let done = h.request(vhost_user_emmc::host::sdhci::MmcRequest::command(
+        vhost_user_emmc::host::sdhci::MmcCommand::for_opcode(13, common::RCA_ARG),
+    ));
+    assert_eq!(done.cmd.error, Some(SdhciError::CmdTimeout));
+    assert!(!done.cmd.issued);
+    match h.error() {
+        Some(TransportError::Disconnected(_)) | Some(TransportError::Notify(_)) => {}
+        other => panic!("expected a disconnection, got {other:?}"),
+    }
+    assert!(start.elapsed() < Duration::from_secs(10), "noticed quickly");
+    // Everything after fails at once with the same error.
+    assert!(h.control(0, 0, 0).is_err());
+    let blk = VirtioMmcBlk::probe(h, Default::default());
+    assert!(blk.is_err());
+}
