@@ -13,6 +13,8 @@
 //! the device's avail event says it need not (to tell a notification problem from others).
 
 use std::collections::HashMap;
+
+use clap::Parser;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -27,45 +29,34 @@ const RESP_LEN: u32 = std::mem::size_of::<VirtioMmcResp>() as u32;
 /// Each request in flight has its own slot: header, response, 4 KiB of data.
 const SLOT: usize = 8192;
 
+/// Raw virtio-mmc request round trips through a vhost-user-emmc daemon.
+#[derive(Debug, Parser)]
+#[command(name = "virtio-mmc-bench")]
 struct Args {
+    /// Run time of each row, in seconds.
+    #[arg(long, default_value_t = 2.0)]
     seconds: f64,
-    depth: usize,
+    /// Requests in flight in the second row of each request kind (1..=64).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=64))]
+    depth: u16,
+    /// Attach to this daemon instead of starting one.
+    #[arg(long)]
     socket: Option<String>,
+    /// Device model of the daemon this benchmark starts.
+    #[arg(long, default_value = "ideal")]
     model: String,
-    event_idx: bool,
+    /// Do not negotiate VIRTIO_RING_F_EVENT_IDX.
+    #[arg(long)]
+    no_event_idx: bool,
+    /// Kick on every chain, even where the device's avail event says it need not.
+    #[arg(long)]
     always_kick: bool,
 }
 
 fn parse() -> Result<Args, String> {
-    let mut a = Args {
-        seconds: 2.0,
-        depth: 16,
-        socket: None,
-        model: "ideal".into(),
-        event_idx: true,
-        always_kick: false,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(k) = it.next() {
-        let mut v = || it.next().ok_or(format!("{k} needs a value"));
-        match k.as_str() {
-            "--seconds" => a.seconds = v()?.parse().map_err(|e| format!("--seconds: {e}"))?,
-            "--depth" => a.depth = v()?.parse().map_err(|e| format!("--depth: {e}"))?,
-            "--socket" => a.socket = Some(v()?),
-            "--model" => a.model = v()?,
-            "--no-event-idx" => a.event_idx = false,
-            "--always-kick" => a.always_kick = true,
-            "-h" | "--help" => {
-                return Err(
-                    "usage: virtio-mmc-bench [--seconds S] [--depth N] [--socket PATH] [--model NAME] [--no-event-idx] [--always-kick]"
-                        .into(),
-                )
-            }
-            other => return Err(format!("unknown argument {other}")),
-        }
-    }
-    if a.depth == 0 || a.depth > 64 || !a.seconds.is_finite() || a.seconds <= 0.0 {
-        return Err("--depth must be 1..=64 and --seconds positive".into());
+    let a = Args::parse();
+    if !a.seconds.is_finite() || a.seconds <= 0.0 {
+        return Err("--seconds must be positive".into());
     }
     Ok(a)
 }
@@ -224,7 +215,7 @@ fn real_main() -> Result<(), String> {
         VhostUserOptions {
             // Spin for completions rather than sleep: round trips are microseconds.
             spin: Duration::from_millis(10),
-            event_idx: args.event_idx,
+            event_idx: !args.no_event_idx,
             always_kick: args.always_kick,
             ..VhostUserOptions::default()
         },
@@ -239,7 +230,7 @@ fn real_main() -> Result<(), String> {
         "virtio-mmc raw round trips, {} s each, model {}, EVENT_IDX {}{}",
         args.seconds,
         args.model,
-        if args.event_idx { "on" } else { "off" },
+        if args.no_event_idx { "off" } else { "on" },
         if args.socket.is_some() {
             " (external daemon)"
         } else {
@@ -251,7 +242,7 @@ fn real_main() -> Result<(), String> {
         "request", "depth", "requests", "requests/s", "p50 µs", "p99 µs", "max µs"
     );
     for kind in [Kind::Cmd13, Kind::Cmd17, Kind::Read4k] {
-        for depth in [1, args.depth] {
+        for depth in [1, usize::from(args.depth)] {
             let mut r = run(&mut t, kind, depth, dur)?;
             r.lat_ns.sort_unstable();
             println!(
@@ -264,7 +255,7 @@ fn real_main() -> Result<(), String> {
                 pct(&r.lat_ns, 0.99),
                 pct(&r.lat_ns, 1.0),
             );
-            if depth == args.depth {
+            if depth == usize::from(args.depth) {
                 break;
             }
         }
