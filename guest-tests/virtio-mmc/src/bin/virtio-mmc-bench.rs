@@ -13,10 +13,10 @@
 //! the device's avail event says it need not (to tell a notification problem from others).
 
 use std::collections::HashMap;
-
-use clap::Parser;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
+
+use clap::Parser;
 
 use vhost_user_emmc::frontend::mmc::proto::*;
 use vhost_user_emmc::host::mmc::mmc_init_card;
