@@ -42,8 +42,8 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// `serve --transport mmc --timing off` for a fresh image of `model`, plus `extra`
-    /// arguments; returns once the socket exists.
+    /// `serve --transport mmc --timing off` (unless `extra` names a `--timing`) for a fresh
+    /// image of `model`, plus `extra` arguments; returns once the socket exists.
     pub fn spawn(model: &str, extra: &[&str]) -> Result<Daemon, String> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let socket = dir.path().join("mmc.sock");
@@ -51,8 +51,11 @@ impl Daemon {
         let bin = daemon_binary()?;
         let mut cmd = Command::new(&bin);
         cmd.arg("serve")
-            .args(["--transport", "mmc", "--timing", "off", "--model", model])
-            .arg("--socket")
+            .args(["--transport", "mmc", "--model", model]);
+        if !extra.contains(&"--timing") {
+            cmd.args(["--timing", "off"]);
+        }
+        cmd.arg("--socket")
             .arg(&socket)
             .arg("--image")
             .arg(&image)

@@ -585,6 +585,9 @@ impl Transport for VhostUserTransport {
             used.push(c);
         }
         let reposted = !used.is_empty();
+        // Read every used buffer before putting any back: reposting hands out the
+        // descriptors just freed, whose ids later entries of `used` still name.
+        let mut free = Vec::with_capacity(used.len());
         for (id, n) in used {
             let Some(off) = self.event_bufs.remove(&id) else {
                 return Err(TransportError::Protocol(format!(
@@ -599,6 +602,9 @@ impl Transport for VhostUserTransport {
             } else {
                 log::warn!("event buffer used with {n} bytes");
             }
+            free.push(off);
+        }
+        for off in free {
             self.post_event_buffer(off)?;
         }
         if reposted {

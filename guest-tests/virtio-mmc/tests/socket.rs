@@ -110,6 +110,89 @@ fn an_illegal_command_shows_in_the_next_status() {
     common::illegal_command(&mut attach(&d));
 }
 
+/// Random writes on a flash model until the card asks for urgent BKOPS: the device posts
+/// EXCEPTION (URGENT_BKOPS in EXCEPTION_EVENTS_STATUS) and BKOPS_NEEDED on the event queue
+/// the driver filled, as soon as a response carries EXCEPTION_EVENT.
+#[test]
+fn urgent_bkops_reaches_the_driver_as_events() {
+    use vhost_user_emmc::card::ext_csd as ext;
+    use vhost_user_emmc::card::r1;
+    use vhost_user_emmc::frontend::mmc::proto::*;
+    let d = daemon("toshiba-mmc32g");
+    let mut h = attach(&d);
+    common::init(&mut h);
+    assert!(h.take_events().unwrap().is_empty(), "nothing to say yet");
+    let data = common::pattern(0x5a, 4096);
+    let mut x: u32 = 7;
+    let mut raised = None;
+    for i in 0..200_000u32 {
+        x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        let addr = (x >> 4) % 60_000_000 / 8 * 8;
+        let r = common::write_blocks(&mut h, addr, &data, 0);
+        if r.resp.cmd.resp[0] & r1::EXCEPTION_EVENT != 0 {
+            raised = Some(i);
+            break;
+        }
+    }
+    let writes = raised.expect("random writes made the card raise EXCEPTION_EVENT");
+    let e = common::ext_csd(&mut h);
+    assert!(
+        e[ext::BKOPS_STATUS] >= 2,
+        "after {writes} writes BKOPS_STATUS is {}",
+        e[ext::BKOPS_STATUS]
+    );
+    let events = h.take_events().unwrap();
+    let kinds: Vec<(u32, u32)> = events.iter().map(|e| (e.kind, e.val)).collect();
+    let exception = events
+        .iter()
+        .find(|e| e.kind == EVENT_EXCEPTION)
+        .unwrap_or_else(|| panic!("an EXCEPTION event: {kinds:?}"));
+    assert_ne!(
+        exception.val & u32::from(ext::EE_URGENT_BKOPS),
+        0,
+        "URGENT_BKOPS in {:#x}",
+        exception.val
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e.kind == EVENT_BKOPS_NEEDED && e.val >= 2),
+        "a BKOPS_NEEDED event: {kinds:?}"
+    );
+}
+
+/// `--timing realtime` through the socket: a completion arrives when its card time has
+/// elapsed on the wall clock, and IDLE_UNTIL waits for its card time.
+#[test]
+fn in_real_time_completions_wait_for_their_card_time() {
+    let d = Daemon::spawn("generic-emmc45", &["--timing", "realtime"]).expect("the daemon starts");
+    let mut h = attach(&d);
+    common::init(&mut h);
+    let data = common::pattern(0x11, 64 * 1024);
+    let t0 = Instant::now();
+    let r = common::write_blocks(&mut h, 4096, &data, 0);
+    let wall = t0.elapsed();
+    let card = Duration::from_nanos(r.resp.end_ns - r.resp.start_ns);
+    assert!(
+        card > Duration::from_micros(200),
+        "a 64 KiB write takes card time: {card:?}"
+    );
+    assert!(
+        wall + Duration::from_micros(50) >= card,
+        "completed after {wall:?} of wall time, {card:?} of card time"
+    );
+    let now = h.now();
+    let t0 = Instant::now();
+    h.idle_until(now + 30_000_000);
+    let wall = t0.elapsed();
+    assert!(
+        wall >= Duration::from_millis(29),
+        "IDLE_UNTIL 30 ms took {wall:?}"
+    );
+    assert!(wall < Duration::from_secs(2), "and not much more: {wall:?}");
+    assert!(h.now() >= now + 30_000_000);
+}
+
 #[test]
 fn malformed_requests_get_an_error_status_and_the_daemon_goes_on() {
     let mut d = daemon("generic-emmc45");
