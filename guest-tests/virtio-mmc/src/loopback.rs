@@ -8,13 +8,11 @@ use vhost_user_emmc::frontend::mmc::proto::*;
 use vhost_user_emmc::host::mmc::{MmcHost, MmcHostOps};
 use vhost_user_emmc::host::sdhci::{
     DataDirection, MmcCommand, MmcData, MmcRequest, ResponseType, SdhciCompletion, SdhciConfig,
-    SdhciError,
 };
 use vhost_user_emmc::model::DeviceModel;
 use vhost_user_emmc::store::MemStore;
 use vm_memory::ByteValued;
 
-use crate::host::{decode_ios, encode_ios};
 use crate::transport::{Desc, Transport, TransportError};
 
 const HDR_LEN: usize = std::mem::size_of::<VirtioMmcReqHdr>();
@@ -73,13 +71,7 @@ impl Loopback {
     }
 
     fn decode_cmd(c: &VirtioMmcCmd) -> MmcCommand {
-        let resp_type = match c.resp_type {
-            RESP_NONE => ResponseType::None,
-            RESP_R1 => ResponseType::R1,
-            RESP_R1B => ResponseType::R1b,
-            RESP_R2 => ResponseType::R2,
-            _ => ResponseType::R3,
-        };
+        let resp_type = response_type(c.resp_type).unwrap_or(ResponseType::R3);
         MmcCommand {
             opcode: c.opcode,
             arg: c.arg,
@@ -195,11 +187,13 @@ impl Loopback {
         let mut r = VirtioMmcCtrlResp::default();
         match req.kind {
             CTRL_GET_TIME => {}
-            CTRL_SET_IOS => self.host.set_ios(decode_ios(req.arg0, req.arg1)),
+            CTRL_SET_IOS => match decode_ios(req.arg0, req.arg1) {
+                Ok(ios) => self.host.set_ios(ios),
+                Err(_) => r.status = STATUS_IOERR,
+            },
             CTRL_GET_IOS => {
                 let ios = self.host.ios();
-                r.val0 = ios.clock;
-                r.val1 = encode_ios(&ios);
+                (r.val0, r.val1) = encode_ios(&ios);
             }
             CTRL_GET_CD_RO => r.val0 = CD_PRESENT,
             CTRL_CARD_BUSY => r.val0 = u64::from(self.host.busy_until().is_some()),
@@ -217,19 +211,6 @@ impl Loopback {
         r.now_ns = self.host.now();
         r.busy_until_ns = self.host.busy_until().unwrap_or(0);
         r
-    }
-}
-
-fn error_code(e: Option<SdhciError>) -> u8 {
-    match e {
-        None => ERR_NONE,
-        Some(SdhciError::CmdTimeout) => ERR_CMD_TIMEOUT,
-        Some(SdhciError::CmdCrc) => ERR_CMD_CRC,
-        Some(SdhciError::CmdEndBit) => ERR_CMD_END_BIT,
-        Some(SdhciError::CmdIndex) => ERR_CMD_INDEX,
-        Some(SdhciError::DataTimeout) => ERR_DATA_TIMEOUT,
-        Some(SdhciError::DataCrc) => ERR_DATA_CRC,
-        Some(SdhciError::Adma(_)) => ERR_ADMA,
     }
 }
 

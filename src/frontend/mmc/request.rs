@@ -145,7 +145,7 @@ fn check_cmd(which: &str, c: &VirtioMmcCmd) -> Result<(), String> {
     if c.opcode > MAX_OPCODE {
         return Err(format!("{which}: opcode {} above {MAX_OPCODE}", c.opcode));
     }
-    if c.resp_type > RESP_R3 {
+    if response_type(c.resp_type).is_none() {
         return Err(format!("{which}: response type {} unknown", c.resp_type));
     }
     Ok(())
