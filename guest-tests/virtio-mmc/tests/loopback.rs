@@ -136,3 +136,67 @@ fn scenario_illegal_command() {
 fn scenario_malformed() {
     common::malformed(&mut lb("generic-emmc45"));
 }
+
+// ---- the daemon's answers to malformed control chains (docs/virtio-mmc.md) ----------------
+
+#[test]
+fn a_malformed_control_chain_is_answered_ioerr_where_it_has_room_else_used_with_length_0() {
+    use vhost_user_emmc::frontend::mmc::proto::*;
+    use virtio_mmc_driver::host::UNTOUCHED;
+    use virtio_mmc_driver::RawDesc;
+    use vm_memory::ByteValued;
+
+    let mut h = lb("generic-emmc45");
+    let resp_len = std::mem::size_of::<VirtioMmcCtrlResp>() as u32;
+    let req = VirtioMmcCtrlReq {
+        kind: CTRL_IDLE_UNTIL,
+        arg0: h.control(CTRL_GET_TIME, 0, 0).unwrap().now_ns + 1_000_000,
+        ..Default::default()
+    };
+    let before = h.control(CTRL_GET_TIME, 0, 0).unwrap().now_ns;
+    // Wrong shape, but the last descriptor can take a result: IOERR, and nothing done.
+    for descs in [
+        vec![
+            RawDesc::Readable(req.as_slice().to_vec()),
+            RawDesc::Writable(8),
+            RawDesc::Writable(resp_len),
+        ],
+        vec![
+            RawDesc::Readable(req.as_slice()[..16].to_vec()),
+            RawDesc::Writable(resp_len),
+        ],
+    ] {
+        let out = h.raw_chain(CONTROL_QUEUE, &descs).unwrap();
+        assert_eq!(out.used_len, resp_len);
+        let mut r = VirtioMmcCtrlResp::default();
+        r.as_mut_slice()
+            .copy_from_slice(out.writable.last().unwrap());
+        assert_eq!(r.status, STATUS_IOERR);
+        assert_eq!(r.now_ns, before, "the card time, not advanced");
+    }
+    // No room for a result: used with length 0, nothing written.
+    let out = h
+        .raw_chain(
+            CONTROL_QUEUE,
+            &[
+                RawDesc::Readable(req.as_slice().to_vec()),
+                RawDesc::Writable(resp_len - 1),
+            ],
+        )
+        .unwrap();
+    assert_eq!(out.used_len, 0);
+    assert!(out.writable.iter().flatten().all(|&b| b == UNTOUCHED));
+    assert_eq!(h.control(CTRL_GET_TIME, 0, 0).unwrap().now_ns, before);
+    // The well-formed chain does what it says.
+    let out = h
+        .raw_chain(
+            CONTROL_QUEUE,
+            &[
+                RawDesc::Readable(req.as_slice().to_vec()),
+                RawDesc::Writable(resp_len),
+            ],
+        )
+        .unwrap();
+    assert_eq!(out.used_len, resp_len);
+    assert_eq!(h.control(CTRL_GET_TIME, 0, 0).unwrap().now_ns, req.arg0);
+}

@@ -8,7 +8,7 @@
 //! backend decides when each starts (its arrival in card time) and when its completion is
 //! signalled; this module knows nothing of virtqueues or wall time.
 
-use vm_memory::{Bytes, GuestMemory};
+use vm_memory::GuestMemory;
 
 use super::proto::*;
 use super::request::{GuestDma, Limits, MmcReq};
@@ -479,20 +479,5 @@ impl MmcDevice {
         self.host.sdhci = SdhciHost::new(self.sdhci_config.clone());
         self.exception = None;
         self.bkops_level = 0;
-    }
-}
-
-/// Write `obj` to guest memory at `addr`; `false` (and a log line) when it cannot be.
-pub fn put<M: GuestMemory + ?Sized, T: vm_memory::ByteValued>(
-    mem: &M,
-    obj: T,
-    addr: vm_memory::GuestAddress,
-) -> bool {
-    match mem.write_obj(obj, addr) {
-        Ok(()) => true,
-        Err(e) => {
-            log::warn!("writing a result at {:#x}: {e}", addr.0);
-            false
-        }
     }
 }
