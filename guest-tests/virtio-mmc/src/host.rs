@@ -8,8 +8,8 @@
 use vhost_user_emmc::frontend::mmc::proto::*;
 use vhost_user_emmc::host::mmc::{HostCaps, MmcHostOps};
 use vhost_user_emmc::host::sdhci::{
-    BusTiming, CommandOutcome, DataDirection, DmaSegment, IntStatus, MmcCommand, MmcIos,
-    MmcRequest, PowerMode, SdhciCompletion, SdhciError, TuningError,
+    adma_err, error_int, normal_int, BusTiming, CommandOutcome, DataDirection, DmaSegment,
+    IntStatus, MmcCommand, MmcIos, MmcRequest, PowerMode, SdhciCompletion, SdhciError, TuningError,
 };
 use vhost_user_emmc::timing::Nanos;
 use vm_memory::ByteValued;
@@ -415,7 +415,9 @@ impl<T: Transport> VirtioMmcHost<T> {
         let mut reads = Vec::new();
         let max_seg = (self.cfg.max_seg_size as usize).max(512);
         let mut data = mrq.data;
-        {
+        // Write data that could not be read out of its segment: (segment, offset).
+        let mut unreadable = None;
+        'layout: {
             let mem = self.t.mem();
             if let Some(d) = &data {
                 hdr.flags |= REQ_F_DATA;
@@ -436,7 +438,8 @@ impl<T: Transport> VirtioMmcHost<T> {
                         check_room(mem.len(), off, n)?;
                         if d.direction == DataDirection::Write {
                             if !seg.read_at(at, &mut mem[off..off + n]) {
-                                mem[off..off + n].fill(0);
+                                unreadable = Some((i, at));
+                                break 'layout;
                             }
                             chain.push(Desc::readable(off, n as u32));
                         } else {
@@ -449,6 +452,22 @@ impl<T: Transport> VirtioMmcHost<T> {
                 }
             }
             mem[HDR_OFF..HDR_OFF + HDR_LEN].copy_from_slice(hdr.as_slice());
+        }
+        if let Some((seg, at)) = unreadable {
+            // As the SDHCI controller's DMA read failing: an ADMA error, and (since the
+            // data must be in hand before the request goes out) nothing reaches the card.
+            log::debug!(
+                "virtio-mmc: CMD{}: segment {seg} unreadable at {at}, not sent",
+                mrq.cmd.opcode
+            );
+            let mut done = self.not_issued(&mrq.cmd, mrq.sbc.is_some(), mrq.stop.is_some(), None);
+            done.data_error = Some(SdhciError::Adma(adma_err::ST_TFR));
+            done.adma_err = adma_err::ST_TFR;
+            done.int_status = IntStatus {
+                normal: normal_int::ERROR_INT,
+                error: error_int::ADMA_ERR,
+            };
+            return Ok(done);
         }
         chain.push(Desc::writable(RESP_OFF, RESP_LEN as u32));
         self.stats.requests += 1;

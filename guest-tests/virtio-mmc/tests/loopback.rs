@@ -200,3 +200,103 @@ fn a_malformed_control_chain_is_answered_ioerr_where_it_has_room_else_used_with_
     assert_eq!(out.used_len, resp_len);
     assert_eq!(h.control(CTRL_GET_TIME, 0, 0).unwrap().now_ns, req.arg0);
 }
+
+// ---- write data the driver cannot read -----------------------------------------------------
+
+/// A piece of host memory; an unreadable one fails every DMA read (an unmapped page).
+struct Seg {
+    bytes: Vec<u8>,
+    readable: bool,
+}
+
+impl vhost_user_emmc::host::sdhci::DmaSegment for Seg {
+    fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    fn read_at(&self, offset: usize, dst: &mut [u8]) -> bool {
+        let src = self.bytes.get(offset..offset + dst.len());
+        match src.filter(|_| self.readable) {
+            Some(src) => {
+                dst.copy_from_slice(src);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn write_at(&mut self, _offset: usize, _src: &[u8]) -> bool {
+        false
+    }
+}
+
+#[test]
+fn write_data_that_cannot_be_read_is_an_adma_error_and_never_reaches_the_card() {
+    use vhost_user_emmc::host::mmc::MmcHostOps;
+    use vhost_user_emmc::host::sdhci::{
+        adma_err, error_int, normal_int, DataDirection, MmcCommand, MmcData, MmcRequest,
+        ResponseType, SdhciError,
+    };
+
+    let mut h = lb("generic-emmc45");
+    common::init(&mut h);
+    let lba = 300;
+    let before = common::read_blocks(&mut h, lba, 1).bytes();
+    let st0 = common::status(&mut h);
+    let (sent, now) = (h.stats().requests, h.now());
+    let mut sg = [
+        Seg {
+            bytes: vec![0x5A; 256],
+            readable: true,
+        },
+        Seg {
+            bytes: vec![0xC3; 256],
+            readable: false,
+        },
+    ];
+    let done = h.request(MmcRequest {
+        sbc: None,
+        cmd: MmcCommand::new(24, lba, ResponseType::R1),
+        data: Some(MmcData {
+            blksz: 512,
+            blocks: 1,
+            direction: DataDirection::Write,
+            sg: &mut sg,
+            timeout_ns: 0,
+            timeout_clks: 0,
+        }),
+        stop: None,
+    });
+    // What the SDHCI model reports when its DMA cannot read host memory.
+    assert_eq!(done.data_error, Some(SdhciError::Adma(adma_err::ST_TFR)));
+    assert_eq!(done.adma_err, adma_err::ST_TFR);
+    assert!(done.int_status.has_error(error_int::ADMA_ERR));
+    assert!(done.int_status.has(normal_int::ERROR_INT));
+    assert_eq!(done.bytes_xfered, 0);
+    assert!(!done.cmd.issued, "CMD24 not sent");
+    assert_eq!(h.stats().requests, sent, "nothing went to the device");
+    assert_eq!((done.start_ns, done.end_ns, h.now()), (now, now, now));
+    assert_eq!(common::status(&mut h), st0, "the card saw nothing");
+    assert_eq!(common::read_blocks(&mut h, lba, 1).bytes(), before);
+    // With every byte readable the same request writes.
+    sg[1].readable = true;
+    let done = h.request(MmcRequest {
+        sbc: None,
+        cmd: MmcCommand::new(24, lba, ResponseType::R1),
+        data: Some(MmcData {
+            blksz: 512,
+            blocks: 1,
+            direction: DataDirection::Write,
+            sg: &mut sg,
+            timeout_ns: 0,
+            timeout_clks: 0,
+        }),
+        stop: None,
+    });
+    assert_eq!(done.data_error, None);
+    assert!(done.cmd.issued);
+    let mut want = vec![0x5A; 256];
+    want.extend([0xC3; 256]);
+    h.wait_busy_until(None);
+    assert_eq!(common::read_blocks(&mut h, lba, 1).bytes(), want);
+}
