@@ -8,8 +8,8 @@
 use vhost_user_emmc::frontend::mmc::proto::*;
 use vhost_user_emmc::host::mmc::{HostCaps, MmcHostOps};
 use vhost_user_emmc::host::sdhci::{
-    BusTiming, CommandOutcome, DataDirection, DmaSegment, IntStatus, MmcCommand, MmcIos,
-    MmcRequest, PowerMode, ResponseType, SdhciCompletion, SdhciError, TuningError,
+    adma_err, error_int, normal_int, BusTiming, CommandOutcome, DataDirection, DmaSegment,
+    IntStatus, MmcCommand, MmcIos, MmcRequest, PowerMode, SdhciCompletion, SdhciError, TuningError,
 };
 use vhost_user_emmc::timing::Nanos;
 use vm_memory::ByteValued;
@@ -23,20 +23,11 @@ const HDR_OFF: usize = 0;
 const RESP_OFF: usize = 128;
 const DATA_OFF: usize = 4096;
 
-/// The wire form of a command.
+/// The wire form of a command (R4 / R5 travel as R3 / R1, see [`resp_type_code`]).
 pub fn encode_cmd(c: &MmcCommand) -> VirtioMmcCmd {
     VirtioMmcCmd {
         opcode: c.opcode,
-        resp_type: match c.resp_type {
-            ResponseType::None => RESP_NONE,
-            ResponseType::R1 => RESP_R1,
-            ResponseType::R1b => RESP_R1B,
-            ResponseType::R2 => RESP_R2,
-            // virtio-mmc has no R4/R5 (CMD39/CMD40, which Linux never sends to eMMC): R4
-            // is a 48-bit response without CRC/index check like R3, R5 is checked like R1.
-            ResponseType::R3 | ResponseType::R4 => RESP_R3,
-            ResponseType::R5 => RESP_R1,
-        },
+        resp_type: resp_type_code(c.resp_type),
         flags: if c.busy { CMD_F_BUSY } else { 0 },
         reserved: 0,
         arg: c.arg,
@@ -45,22 +36,13 @@ pub fn encode_cmd(c: &MmcCommand) -> VirtioMmcCmd {
     }
 }
 
-/// A controller error code of the wire as [`SdhciError`].
-pub fn decode_error(code: u8, adma_err: u8) -> Option<SdhciError> {
-    match code {
-        ERR_NONE => None,
-        ERR_CMD_TIMEOUT => Some(SdhciError::CmdTimeout),
-        ERR_CMD_CRC => Some(SdhciError::CmdCrc),
-        ERR_CMD_END_BIT => Some(SdhciError::CmdEndBit),
-        ERR_CMD_INDEX => Some(SdhciError::CmdIndex),
-        ERR_DATA_TIMEOUT => Some(SdhciError::DataTimeout),
-        ERR_DATA_CRC => Some(SdhciError::DataCrc),
-        ERR_ADMA => Some(SdhciError::Adma(adma_err)),
-        other => {
-            log::warn!("virtio-mmc: unknown controller error code {other}");
-            Some(SdhciError::DataCrc)
-        }
-    }
+/// A controller error code of the wire as [`SdhciError`]; a code the protocol does not
+/// define is taken as a data CRC error (the request failed, the core retries).
+fn wire_error(code: u8, adma_err: u8) -> Option<SdhciError> {
+    decode_error(code, adma_err).unwrap_or_else(|other| {
+        log::warn!("virtio-mmc: unknown controller error code {other}");
+        Some(SdhciError::DataCrc)
+    })
 }
 
 fn decode_cmd(r: &VirtioMmcCmdResp, adma_err: u8) -> CommandOutcome {
@@ -69,7 +51,7 @@ fn decode_cmd(r: &VirtioMmcCmdResp, adma_err: u8) -> CommandOutcome {
         issued: r.flags & RESP_F_ISSUED != 0,
         auto: r.flags & RESP_F_AUTO != 0,
         resp: r.resp,
-        error: decode_error(r.error, adma_err),
+        error: wire_error(r.error, adma_err),
     }
 }
 
@@ -80,7 +62,7 @@ pub fn decode_completion(resp: &VirtioMmcResp, sbc: bool, stop: bool) -> SdhciCo
         sbc: sbc.then(|| decode_cmd(&resp.sbc, resp.adma_err)),
         cmd: decode_cmd(&resp.cmd, resp.adma_err),
         stop: stop.then(|| decode_cmd(&resp.stop, resp.adma_err)),
-        data_error: decode_error(resp.data_error, resp.adma_err),
+        data_error: wire_error(resp.data_error, resp.adma_err),
         bytes_xfered: resp.bytes_xfered,
         int_status: IntStatus {
             normal: resp.int_status as u16,
@@ -91,41 +73,6 @@ pub fn decode_completion(resp: &VirtioMmcResp, sbc: bool, stop: bool) -> SdhciCo
         start_ns: resp.start_ns,
         end_ns: resp.end_ns,
         busy_pending: resp.flags & RESP_F_BUSY_PENDING != 0,
-    }
-}
-
-/// `SET_IOS`' second argument.
-pub fn encode_ios(ios: &MmcIos) -> u64 {
-    let timing = match ios.timing {
-        BusTiming::Legacy => TIMING_LEGACY,
-        BusTiming::Hs => TIMING_HS,
-        BusTiming::Ddr52 => TIMING_DDR52,
-        BusTiming::Hs200 => TIMING_HS200,
-    };
-    let power = match ios.power_mode {
-        PowerMode::Off => POWER_OFF,
-        PowerMode::Up => POWER_UP,
-        PowerMode::On => POWER_ON,
-    };
-    u64::from(ios.bus_width) | u64::from(timing) << 8 | u64::from(power) << 16
-}
-
-/// `GET_IOS`' results as [`MmcIos`].
-pub fn decode_ios(clock: u64, bits: u64) -> MmcIos {
-    MmcIos {
-        clock,
-        bus_width: bits as u8,
-        timing: match (bits >> 8) as u8 {
-            TIMING_HS => BusTiming::Hs,
-            TIMING_DDR52 => BusTiming::Ddr52,
-            TIMING_HS200 => BusTiming::Hs200,
-            _ => BusTiming::Legacy,
-        },
-        power_mode: match (bits >> 16) as u8 {
-            POWER_OFF => PowerMode::Off,
-            POWER_UP => PowerMode::Up,
-            _ => PowerMode::On,
-        },
     }
 }
 
@@ -233,7 +180,8 @@ impl<T: Transport> VirtioMmcHost<T> {
             stats: HostStats::default(),
         };
         let r = h.control(CTRL_GET_IOS, 0, 0)?;
-        h.ios = decode_ios(r.val0, r.val1);
+        h.ios = decode_ios(r.val0, r.val1)
+            .map_err(|e| TransportError::Protocol(format!("GET_IOS: {e}")))?;
         Ok(h)
     }
 
@@ -467,7 +415,9 @@ impl<T: Transport> VirtioMmcHost<T> {
         let mut reads = Vec::new();
         let max_seg = (self.cfg.max_seg_size as usize).max(512);
         let mut data = mrq.data;
-        {
+        // Write data that could not be read out of its segment: (segment, offset).
+        let mut unreadable = None;
+        'layout: {
             let mem = self.t.mem();
             if let Some(d) = &data {
                 hdr.flags |= REQ_F_DATA;
@@ -488,7 +438,8 @@ impl<T: Transport> VirtioMmcHost<T> {
                         check_room(mem.len(), off, n)?;
                         if d.direction == DataDirection::Write {
                             if !seg.read_at(at, &mut mem[off..off + n]) {
-                                mem[off..off + n].fill(0);
+                                unreadable = Some((i, at));
+                                break 'layout;
                             }
                             chain.push(Desc::readable(off, n as u32));
                         } else {
@@ -501,6 +452,22 @@ impl<T: Transport> VirtioMmcHost<T> {
                 }
             }
             mem[HDR_OFF..HDR_OFF + HDR_LEN].copy_from_slice(hdr.as_slice());
+        }
+        if let Some((seg, at)) = unreadable {
+            // As the SDHCI controller's DMA read failing: an ADMA error, and (since the
+            // data must be in hand before the request goes out) nothing reaches the card.
+            log::debug!(
+                "virtio-mmc: CMD{}: segment {seg} unreadable at {at}, not sent",
+                mrq.cmd.opcode
+            );
+            let mut done = self.not_issued(&mrq.cmd, mrq.sbc.is_some(), mrq.stop.is_some(), None);
+            done.data_error = Some(SdhciError::Adma(adma_err::ST_TFR));
+            done.adma_err = adma_err::ST_TFR;
+            done.int_status = IntStatus {
+                normal: normal_int::ERROR_INT,
+                error: error_int::ADMA_ERR,
+            };
+            return Ok(done);
         }
         chain.push(Desc::writable(RESP_OFF, RESP_LEN as u32));
         self.stats.requests += 1;
@@ -641,10 +608,8 @@ impl<T: Transport> MmcHostOps for VirtioMmcHost<T> {
     }
 
     fn set_ios(&mut self, ios: MmcIos) {
-        if self
-            .control(CTRL_SET_IOS, ios.clock, encode_ios(&ios))
-            .is_ok()
-        {
+        let (clock, bits) = encode_ios(&ios);
+        if self.control(CTRL_SET_IOS, clock, bits).is_ok() {
             self.ios = ios;
         }
     }

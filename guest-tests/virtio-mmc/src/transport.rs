@@ -52,6 +52,22 @@ impl Desc {
     }
 }
 
+/// `Err(OutOfBounds)` for the first descriptor of `chain` not inside `size` bytes.
+pub fn check_bounds(chain: &[Desc], size: usize) -> Result<(), TransportError> {
+    match chain.iter().find(|d| {
+        d.offset
+            .checked_add(d.len as usize)
+            .is_none_or(|end| end > size)
+    }) {
+        Some(d) => Err(TransportError::OutOfBounds {
+            offset: d.offset,
+            len: d.len,
+            size,
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Why the transport could not carry a chain. The device's own verdict on a request
 /// (`status` IOERR, an R1 error bit) is not an error here.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -346,19 +362,7 @@ impl VhostUserTransport {
     /// Make a chain whose offsets are relative to the whole mapping available.
     fn add_abs(&mut self, queue: usize, chain: &[Desc]) -> Result<u16, TransportError> {
         let base = self.mmap.as_mut_ptr();
-        let size = self.mmap.len();
-        for d in chain {
-            if d.offset
-                .checked_add(d.len as usize)
-                .is_none_or(|end| end > size)
-            {
-                return Err(TransportError::OutOfBounds {
-                    offset: d.offset,
-                    len: d.len,
-                    size,
-                });
-            }
-        }
+        check_bounds(chain, self.mmap.len())?;
         let vq = self
             .queues
             .get_mut(queue)
@@ -401,18 +405,7 @@ impl VhostUserTransport {
                 ..*d
             })
             .collect();
-        let size = self.mmap.len() - self.req_base;
-        if let Some(d) = chain.iter().find(|d| {
-            d.offset
-                .checked_add(d.len as usize)
-                .is_none_or(|e| e > size)
-        }) {
-            return Err(TransportError::OutOfBounds {
-                offset: d.offset,
-                len: d.len,
-                size,
-            });
-        }
+        check_bounds(chain, self.mmap.len() - self.req_base)?;
         let id = self.add_abs(queue, &abs)?;
         self.notify(queue)?;
         Ok(id)

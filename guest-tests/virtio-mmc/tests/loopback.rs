@@ -136,3 +136,167 @@ fn scenario_illegal_command() {
 fn scenario_malformed() {
     common::malformed(&mut lb("generic-emmc45"));
 }
+
+// ---- the daemon's answers to malformed control chains (docs/virtio-mmc.md) ----------------
+
+#[test]
+fn a_malformed_control_chain_is_answered_ioerr_where_it_has_room_else_used_with_length_0() {
+    use vhost_user_emmc::frontend::mmc::proto::*;
+    use virtio_mmc_driver::host::UNTOUCHED;
+    use virtio_mmc_driver::RawDesc;
+    use vm_memory::ByteValued;
+
+    let mut h = lb("generic-emmc45");
+    let resp_len = std::mem::size_of::<VirtioMmcCtrlResp>() as u32;
+    let req = VirtioMmcCtrlReq {
+        kind: CTRL_IDLE_UNTIL,
+        arg0: h.control(CTRL_GET_TIME, 0, 0).unwrap().now_ns + 1_000_000,
+        ..Default::default()
+    };
+    let before = h.control(CTRL_GET_TIME, 0, 0).unwrap().now_ns;
+    // Wrong shape, but the last descriptor can take a result: IOERR, and nothing done.
+    for descs in [
+        vec![
+            RawDesc::Readable(req.as_slice().to_vec()),
+            RawDesc::Writable(8),
+            RawDesc::Writable(resp_len),
+        ],
+        vec![
+            RawDesc::Readable(req.as_slice()[..16].to_vec()),
+            RawDesc::Writable(resp_len),
+        ],
+    ] {
+        let out = h.raw_chain(CONTROL_QUEUE, &descs).unwrap();
+        assert_eq!(out.used_len, resp_len);
+        let mut r = VirtioMmcCtrlResp::default();
+        r.as_mut_slice()
+            .copy_from_slice(out.writable.last().unwrap());
+        assert_eq!(r.status, STATUS_IOERR);
+        assert_eq!(r.now_ns, before, "the card time, not advanced");
+    }
+    // No room for a result: used with length 0, nothing written.
+    let out = h
+        .raw_chain(
+            CONTROL_QUEUE,
+            &[
+                RawDesc::Readable(req.as_slice().to_vec()),
+                RawDesc::Writable(resp_len - 1),
+            ],
+        )
+        .unwrap();
+    assert_eq!(out.used_len, 0);
+    assert!(out.writable.iter().flatten().all(|&b| b == UNTOUCHED));
+    assert_eq!(h.control(CTRL_GET_TIME, 0, 0).unwrap().now_ns, before);
+    // The well-formed chain does what it says.
+    let out = h
+        .raw_chain(
+            CONTROL_QUEUE,
+            &[
+                RawDesc::Readable(req.as_slice().to_vec()),
+                RawDesc::Writable(resp_len),
+            ],
+        )
+        .unwrap();
+    assert_eq!(out.used_len, resp_len);
+    assert_eq!(h.control(CTRL_GET_TIME, 0, 0).unwrap().now_ns, req.arg0);
+}
+
+// ---- write data the driver cannot read -----------------------------------------------------
+
+/// A piece of host memory; an unreadable one fails every DMA read (an unmapped page).
+struct Seg {
+    bytes: Vec<u8>,
+    readable: bool,
+}
+
+impl vhost_user_emmc::host::sdhci::DmaSegment for Seg {
+    fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    fn read_at(&self, offset: usize, dst: &mut [u8]) -> bool {
+        let src = self.bytes.get(offset..offset + dst.len());
+        match src.filter(|_| self.readable) {
+            Some(src) => {
+                dst.copy_from_slice(src);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn write_at(&mut self, _offset: usize, _src: &[u8]) -> bool {
+        false
+    }
+}
+
+#[test]
+fn write_data_that_cannot_be_read_is_an_adma_error_and_never_reaches_the_card() {
+    use vhost_user_emmc::host::mmc::MmcHostOps;
+    use vhost_user_emmc::host::sdhci::{
+        adma_err, error_int, normal_int, DataDirection, MmcCommand, MmcData, MmcRequest,
+        ResponseType, SdhciError,
+    };
+
+    let mut h = lb("generic-emmc45");
+    common::init(&mut h);
+    let lba = 300;
+    let before = common::read_blocks(&mut h, lba, 1).bytes();
+    let st0 = common::status(&mut h);
+    let (sent, now) = (h.stats().requests, h.now());
+    let mut sg = [
+        Seg {
+            bytes: vec![0x5A; 256],
+            readable: true,
+        },
+        Seg {
+            bytes: vec![0xC3; 256],
+            readable: false,
+        },
+    ];
+    let done = h.request(MmcRequest {
+        sbc: None,
+        cmd: MmcCommand::new(24, lba, ResponseType::R1),
+        data: Some(MmcData {
+            blksz: 512,
+            blocks: 1,
+            direction: DataDirection::Write,
+            sg: &mut sg,
+            timeout_ns: 0,
+            timeout_clks: 0,
+        }),
+        stop: None,
+    });
+    // What the SDHCI model reports when its DMA cannot read host memory.
+    assert_eq!(done.data_error, Some(SdhciError::Adma(adma_err::ST_TFR)));
+    assert_eq!(done.adma_err, adma_err::ST_TFR);
+    assert!(done.int_status.has_error(error_int::ADMA_ERR));
+    assert!(done.int_status.has(normal_int::ERROR_INT));
+    assert_eq!(done.bytes_xfered, 0);
+    assert!(!done.cmd.issued, "CMD24 not sent");
+    assert_eq!(h.stats().requests, sent, "nothing went to the device");
+    assert_eq!((done.start_ns, done.end_ns, h.now()), (now, now, now));
+    assert_eq!(common::status(&mut h), st0, "the card saw nothing");
+    assert_eq!(common::read_blocks(&mut h, lba, 1).bytes(), before);
+    // With every byte readable the same request writes.
+    sg[1].readable = true;
+    let done = h.request(MmcRequest {
+        sbc: None,
+        cmd: MmcCommand::new(24, lba, ResponseType::R1),
+        data: Some(MmcData {
+            blksz: 512,
+            blocks: 1,
+            direction: DataDirection::Write,
+            sg: &mut sg,
+            timeout_ns: 0,
+            timeout_clks: 0,
+        }),
+        stop: None,
+    });
+    assert_eq!(done.data_error, None);
+    assert!(done.cmd.issued);
+    let mut want = vec![0x5A; 256];
+    want.extend([0xC3; 256]);
+    h.wait_busy_until(None);
+    assert_eq!(common::read_blocks(&mut h, lba, 1).bytes(), want);
+}

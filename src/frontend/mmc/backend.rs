@@ -28,10 +28,11 @@ use vmm_sys_util::event::{
     new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
 };
 
-use super::device::{put, MmcDevice};
+use super::device::MmcDevice;
 use super::proto::*;
 use super::request::{
-    parse_control, parse_event_buffer, parse_request, ParseError, CTRL_RESP_LEN, RESP_LEN,
+    answer_control, answer_request, parse_control, parse_event_buffer, parse_request, put,
+    refuse_control, refuse_request,
 };
 use crate::frontend::pacing::{
     ring_has_avail, Clock, Completions, Pacing, PacingStats, Pending, SpinMargin,
@@ -252,11 +253,7 @@ impl Inner {
         match parse_request(chain, &self.device.limits()) {
             Ok(req) => {
                 let done = self.device.request(&**mem, &req, arrival);
-                let len = if put(&**mem, done.resp, req.resp) {
-                    done.data_len + RESP_LEN
-                } else {
-                    0
-                };
+                let len = answer_request(&**mem, &req, &done);
                 let due = self.due(done.done_at);
                 self.completions.push(Pending {
                     queue: REQUEST_QUEUE,
@@ -269,19 +266,9 @@ impl Inner {
                     self.post_event(vrings, mem, ev, due);
                 }
             }
-            Err(ParseError {
-                resp,
-                status,
-                problem,
-            }) => {
-                log::warn!("request {head}: {problem}");
-                let answer = VirtioMmcResp {
-                    status,
-                    ..Default::default()
-                };
-                let len = resp
-                    .filter(|&addr| put(&**mem, answer, addr))
-                    .map_or(0, |_| RESP_LEN);
+            Err(e) => {
+                log::warn!("request {head}: {}", e.problem);
+                let len = refuse_request(&**mem, &e);
                 self.completions.push(Pending {
                     queue: REQUEST_QUEUE,
                     head,
@@ -299,27 +286,12 @@ impl Inner {
         let (len, done_at, due) = match parse_control(chain) {
             Ok(c) => {
                 let out = self.device.control(&c.req, arrival);
-                let len = if put(&**mem, out, c.resp) {
-                    CTRL_RESP_LEN
-                } else {
-                    0
-                };
+                let len = answer_control(&**mem, &c, &out);
                 (len, out.now_ns, self.due(out.now_ns))
             }
-            Err(ParseError {
-                resp,
-                status,
-                problem,
-            }) => {
-                log::warn!("control request {head}: {problem}");
-                let answer = VirtioMmcCtrlResp {
-                    status,
-                    now_ns: self.device.now(),
-                    ..Default::default()
-                };
-                let len = resp
-                    .filter(|&addr| put(&**mem, answer, addr))
-                    .map_or(0, |_| CTRL_RESP_LEN);
+            Err(e) => {
+                log::warn!("control request {head}: {}", e.problem);
+                let len = refuse_control(&**mem, &e, self.device.now());
                 (len, arrival, Instant::now())
             }
         };

@@ -8,7 +8,7 @@
 //! backend decides when each starts (its arrival in card time) and when its completion is
 //! signalled; this module knows nothing of virtqueues or wall time.
 
-use vm_memory::{Bytes, GuestMemory};
+use vm_memory::GuestMemory;
 
 use super::proto::*;
 use super::request::{GuestDma, Limits, MmcReq};
@@ -16,8 +16,8 @@ use crate::card::ext_csd as ext;
 use crate::card::{r1, Card, PowerDown};
 use crate::host::mmc::{HostCaps, MmcHost, MmcHostOps};
 use crate::host::sdhci::{
-    BusTiming, CommandOutcome, DataDirection, MmcCommand, MmcData, MmcIos, MmcRequest, PowerMode,
-    ResponseType, SdClock, SdhciCompletion, SdhciConfig, SdhciError, SdhciHost, MAX_BLOCK_COUNT,
+    CommandOutcome, DataDirection, MmcCommand, MmcData, MmcRequest, PowerMode, ResponseType,
+    SdClock, SdhciCompletion, SdhciConfig, SdhciHost, MAX_BLOCK_COUNT,
 };
 use crate::model::DeviceModel;
 use crate::timing::Nanos;
@@ -129,38 +129,17 @@ pub fn config_for(
     }
 }
 
-fn response_type(code: u8) -> ResponseType {
-    match code {
-        RESP_R1 => ResponseType::R1,
-        RESP_R1B => ResponseType::R1b,
-        RESP_R2 => ResponseType::R2,
-        RESP_R3 => ResponseType::R3,
-        _ => ResponseType::None,
-    }
-}
-
+/// A command of a checked header (its response type is one the protocol defines). R1b
+/// waits for busy whether or not `CMD_F_BUSY` is set; the flag adds the wait to any other
+/// response type.
 fn command(c: &VirtioMmcCmd) -> MmcCommand {
-    let resp_type = response_type(c.resp_type);
+    let resp_type = response_type(c.resp_type).unwrap_or(ResponseType::None);
     MmcCommand {
         opcode: c.opcode,
         arg: c.arg,
         resp_type,
         busy: resp_type == ResponseType::R1b || c.flags & CMD_F_BUSY != 0,
         busy_timeout_ms: c.busy_timeout_ms,
-    }
-}
-
-/// A controller error as the wire codes it.
-pub fn error_code(e: Option<SdhciError>) -> u8 {
-    match e {
-        None => ERR_NONE,
-        Some(SdhciError::CmdTimeout) => ERR_CMD_TIMEOUT,
-        Some(SdhciError::CmdCrc) => ERR_CMD_CRC,
-        Some(SdhciError::CmdEndBit) => ERR_CMD_END_BIT,
-        Some(SdhciError::CmdIndex) => ERR_CMD_INDEX,
-        Some(SdhciError::DataTimeout) => ERR_DATA_TIMEOUT,
-        Some(SdhciError::DataCrc) => ERR_DATA_CRC,
-        Some(SdhciError::Adma(_)) => ERR_ADMA,
     }
 }
 
@@ -187,52 +166,6 @@ fn not_issued(c: &VirtioMmcCmd) -> VirtioMmcCmdResp {
         opcode: c.opcode,
         ..Default::default()
     }
-}
-
-/// `SET_IOS` / `GET_IOS` `arg1` / `val1`.
-pub fn encode_ios(ios: &MmcIos) -> u64 {
-    let timing = match ios.timing {
-        BusTiming::Legacy => TIMING_LEGACY,
-        BusTiming::Hs => TIMING_HS,
-        BusTiming::Ddr52 => TIMING_DDR52,
-        BusTiming::Hs200 => TIMING_HS200,
-    };
-    let power = match ios.power_mode {
-        PowerMode::Off => POWER_OFF,
-        PowerMode::Up => POWER_UP,
-        PowerMode::On => POWER_ON,
-    };
-    u64::from(ios.bus_width) | u64::from(timing) << 8 | u64::from(power) << 16
-}
-
-/// The ios `SET_IOS` asks for; `Err` says what is wrong with it.
-pub fn decode_ios(clock: u64, arg1: u64) -> Result<MmcIos, String> {
-    if arg1 >> 24 != 0 {
-        return Err(format!("SET_IOS: reserved bits in {arg1:#x}"));
-    }
-    let bus_width = (arg1 & 0xFF) as u8;
-    if !matches!(bus_width, 1 | 4 | 8) {
-        return Err(format!("SET_IOS: bus width {bus_width}"));
-    }
-    let timing = match (arg1 >> 8) as u8 {
-        TIMING_LEGACY => BusTiming::Legacy,
-        TIMING_HS => BusTiming::Hs,
-        TIMING_DDR52 => BusTiming::Ddr52,
-        TIMING_HS200 => BusTiming::Hs200,
-        t => return Err(format!("SET_IOS: timing {t}")),
-    };
-    let power_mode = match (arg1 >> 16) as u8 {
-        POWER_OFF => PowerMode::Off,
-        POWER_UP => PowerMode::Up,
-        POWER_ON => PowerMode::On,
-        p => return Err(format!("SET_IOS: power mode {p}")),
-    };
-    Ok(MmcIos {
-        clock,
-        bus_width,
-        timing,
-        power_mode,
-    })
 }
 
 impl MmcDevice {
@@ -450,7 +383,7 @@ impl MmcDevice {
         out.status = match req.kind {
             CTRL_GET_TIME => STATUS_OK,
             CTRL_SET_IOS => match decode_ios(req.arg0, req.arg1) {
-                Err(e) => refuse(e),
+                Err(e) => refuse(format!("SET_IOS: {e}")),
                 Ok(ios) if ios.clock > u64::from(self.config.f_max) => refuse(format!(
                     "SET_IOS: clock {} Hz above f_max {}",
                     ios.clock, self.config.f_max
@@ -477,8 +410,7 @@ impl MmcDevice {
             },
             CTRL_GET_IOS => {
                 let ios = self.host.ios();
-                out.val0 = ios.clock;
-                out.val1 = encode_ios(&ios);
+                (out.val0, out.val1) = encode_ios(&ios);
                 STATUS_OK
             }
             CTRL_GET_CD_RO => {
@@ -547,20 +479,5 @@ impl MmcDevice {
         self.host.sdhci = SdhciHost::new(self.sdhci_config.clone());
         self.exception = None;
         self.bkops_level = 0;
-    }
-}
-
-/// Write `obj` to guest memory at `addr`; `false` (and a log line) when it cannot be.
-pub fn put<M: GuestMemory + ?Sized, T: vm_memory::ByteValued>(
-    mem: &M,
-    obj: T,
-    addr: vm_memory::GuestAddress,
-) -> bool {
-    match mem.write_obj(obj, addr) {
-        Ok(()) => true,
-        Err(e) => {
-            log::warn!("writing a result at {:#x}: {e}", addr.0);
-            false
-        }
     }
 }

@@ -9,6 +9,8 @@
 
 use vm_memory::ByteValued;
 
+use crate::host::sdhci::{BusTiming, MmcIos, PowerMode, ResponseType, SdhciError};
+
 // The structures are read and written in native byte order; the protocol is little-endian.
 #[cfg(target_endian = "big")]
 compile_error!("virtio-mmc structures assume a little-endian host");
@@ -29,7 +31,9 @@ pub const NUM_QUEUES: usize = 3;
 
 // ---- request queue ------------------------------------------------------------------------
 
-/// `VirtioMmcCmd::resp_type`.
+/// `VirtioMmcCmd::resp_type` ([`resp_type_code`], [`response_type`]). There is no code for
+/// R4/R5: CMD39/CMD40, never sent to an eMMC by Linux, are carried as R3 / R1 (an R4 is a
+/// 48-bit response without CRC and index check like R3, an R5 is checked like R1).
 pub const RESP_NONE: u8 = 0;
 pub const RESP_R1: u8 = 1;
 pub const RESP_R1B: u8 = 2;
@@ -255,6 +259,115 @@ pub struct VirtioMmcConfig {
     pub reserved: u32,
 }
 
+// ---- encodings of the host's types -------------------------------------------------------
+
+/// The `resp_type` code of a response type. R4 goes as `RESP_R3` and R5 as `RESP_R1` (see
+/// [`RESP_NONE`]), so [`response_type`] gives back R3 / R1 for them.
+pub fn resp_type_code(t: ResponseType) -> u8 {
+    match t {
+        ResponseType::None => RESP_NONE,
+        ResponseType::R1 | ResponseType::R5 => RESP_R1,
+        ResponseType::R1b => RESP_R1B,
+        ResponseType::R2 => RESP_R2,
+        ResponseType::R3 | ResponseType::R4 => RESP_R3,
+    }
+}
+
+/// The response type a `resp_type` code names; `None` for a code the protocol does not
+/// define.
+pub fn response_type(code: u8) -> Option<ResponseType> {
+    match code {
+        RESP_NONE => Some(ResponseType::None),
+        RESP_R1 => Some(ResponseType::R1),
+        RESP_R1B => Some(ResponseType::R1b),
+        RESP_R2 => Some(ResponseType::R2),
+        RESP_R3 => Some(ResponseType::R3),
+        _ => None,
+    }
+}
+
+/// A controller error as the wire codes it (`VirtioMmcCmdResp::error`,
+/// `VirtioMmcResp::data_error`). The status of an ADMA error travels separately, in
+/// `VirtioMmcResp::adma_err`.
+pub fn error_code(e: Option<SdhciError>) -> u8 {
+    match e {
+        None => ERR_NONE,
+        Some(SdhciError::CmdTimeout) => ERR_CMD_TIMEOUT,
+        Some(SdhciError::CmdCrc) => ERR_CMD_CRC,
+        Some(SdhciError::CmdEndBit) => ERR_CMD_END_BIT,
+        Some(SdhciError::CmdIndex) => ERR_CMD_INDEX,
+        Some(SdhciError::DataTimeout) => ERR_DATA_TIMEOUT,
+        Some(SdhciError::DataCrc) => ERR_DATA_CRC,
+        Some(SdhciError::Adma(_)) => ERR_ADMA,
+    }
+}
+
+/// The controller error an error code names; `adma_err` is the response's ADMA Error
+/// Status, which `ERR_ADMA` carries. `Err(code)` for a code the protocol does not define.
+pub fn decode_error(code: u8, adma_err: u8) -> Result<Option<SdhciError>, u8> {
+    Ok(match code {
+        ERR_NONE => None,
+        ERR_CMD_TIMEOUT => Some(SdhciError::CmdTimeout),
+        ERR_CMD_CRC => Some(SdhciError::CmdCrc),
+        ERR_CMD_END_BIT => Some(SdhciError::CmdEndBit),
+        ERR_CMD_INDEX => Some(SdhciError::CmdIndex),
+        ERR_DATA_TIMEOUT => Some(SdhciError::DataTimeout),
+        ERR_DATA_CRC => Some(SdhciError::DataCrc),
+        ERR_ADMA => Some(SdhciError::Adma(adma_err)),
+        other => return Err(other),
+    })
+}
+
+/// `SET_IOS`' arguments (`arg0`, `arg1`), as `GET_IOS` returns them (`val0`, `val1`): the
+/// clock in Hz, then bus width in bits 7:0, timing in 15:8 and power mode in 23:16.
+pub fn encode_ios(ios: &MmcIos) -> (u64, u64) {
+    let timing = match ios.timing {
+        BusTiming::Legacy => TIMING_LEGACY,
+        BusTiming::Hs => TIMING_HS,
+        BusTiming::Ddr52 => TIMING_DDR52,
+        BusTiming::Hs200 => TIMING_HS200,
+    };
+    let power = match ios.power_mode {
+        PowerMode::Off => POWER_OFF,
+        PowerMode::Up => POWER_UP,
+        PowerMode::On => POWER_ON,
+    };
+    let bits = u64::from(ios.bus_width) | u64::from(timing) << 8 | u64::from(power) << 16;
+    (ios.clock, bits)
+}
+
+/// The ios of `SET_IOS` / `GET_IOS`; `Err` says what in `bits` the protocol does not
+/// define (reserved bits, a bus width other than 1, 4 or 8, an unknown timing or power
+/// mode). Whether the host can do it is the device's question, not the wire's.
+pub fn decode_ios(clock: u64, bits: u64) -> Result<MmcIos, String> {
+    if bits >> 24 != 0 {
+        return Err(format!("reserved ios bits in {bits:#x}"));
+    }
+    let bus_width = (bits & 0xFF) as u8;
+    if !matches!(bus_width, 1 | 4 | 8) {
+        return Err(format!("bus width {bus_width}"));
+    }
+    let timing = match (bits >> 8) as u8 {
+        TIMING_LEGACY => BusTiming::Legacy,
+        TIMING_HS => BusTiming::Hs,
+        TIMING_DDR52 => BusTiming::Ddr52,
+        TIMING_HS200 => BusTiming::Hs200,
+        t => return Err(format!("timing {t}")),
+    };
+    let power_mode = match (bits >> 16) as u8 {
+        POWER_OFF => PowerMode::Off,
+        POWER_UP => PowerMode::Up,
+        POWER_ON => PowerMode::On,
+        p => return Err(format!("power mode {p}")),
+    };
+    Ok(MmcIos {
+        clock,
+        bus_width,
+        timing,
+        power_mode,
+    })
+}
+
 // SAFETY: each type is repr(C), made only of integers (and arrays and structs of them),
 // with explicit padding fields so there are no implicit holes; every bit pattern is a valid
 // value.
@@ -316,5 +429,93 @@ mod tests {
         assert_eq!(&bytes[28..32], &[4, 3, 2, 1], "cmd.arg, little-endian");
         let back = VirtioMmcReqHdr::from_slice(bytes).copied().unwrap();
         assert_eq!(back, hdr);
+    }
+
+    #[test]
+    fn response_types_round_trip_and_r4_r5_travel_as_r3_r1() {
+        for code in 0..=u8::MAX {
+            match response_type(code) {
+                Some(t) => assert_eq!(resp_type_code(t), code),
+                None => assert!(code > RESP_R3, "code {code} lost"),
+            }
+        }
+        use ResponseType as T;
+        for (t, back) in [
+            (T::None, T::None),
+            (T::R1, T::R1),
+            (T::R1b, T::R1b),
+            (T::R2, T::R2),
+            (T::R3, T::R3),
+            (T::R4, T::R3),
+            (T::R5, T::R1),
+        ] {
+            assert_eq!(response_type(resp_type_code(t)), Some(back), "{t:?}");
+        }
+    }
+
+    #[test]
+    fn controller_errors_round_trip_with_the_adma_error_status() {
+        let errors = [
+            SdhciError::CmdTimeout,
+            SdhciError::CmdCrc,
+            SdhciError::CmdEndBit,
+            SdhciError::CmdIndex,
+            SdhciError::DataTimeout,
+            SdhciError::DataCrc,
+            SdhciError::Adma(0x00),
+            SdhciError::Adma(0x03),
+            SdhciError::Adma(0x05),
+        ];
+        assert_eq!(decode_error(error_code(None), 0), Ok(None));
+        for e in errors {
+            let adma = match e {
+                SdhciError::Adma(s) => s,
+                _ => 0,
+            };
+            assert_eq!(
+                decode_error(error_code(Some(e)), adma),
+                Ok(Some(e)),
+                "{e:?}"
+            );
+        }
+        for code in 0..=u8::MAX {
+            match decode_error(code, 0x03) {
+                Ok(e) => assert_eq!(error_code(e), code),
+                Err(c) => assert_eq!((c, code > ERR_ADMA), (code, true)),
+            }
+        }
+    }
+
+    #[test]
+    fn ios_round_trip_and_undefined_bits_are_refused() {
+        for bus_width in [1, 4, 8] {
+            for timing in [
+                BusTiming::Legacy,
+                BusTiming::Hs,
+                BusTiming::Ddr52,
+                BusTiming::Hs200,
+            ] {
+                for power_mode in [PowerMode::Off, PowerMode::Up, PowerMode::On] {
+                    let ios = MmcIos {
+                        clock: 52_000_000,
+                        bus_width,
+                        timing,
+                        power_mode,
+                    };
+                    let (clock, bits) = encode_ios(&ios);
+                    assert_eq!(decode_ios(clock, bits), Ok(ios));
+                }
+            }
+        }
+        let (_, bits) = encode_ios(&MmcIos {
+            clock: 0,
+            bus_width: 8,
+            timing: BusTiming::Hs200,
+            power_mode: PowerMode::On,
+        });
+        assert_eq!(bits, 8 | 3 << 8 | 2 << 16, "the documented layout");
+        for bad in [1 << 24, 2, 1 | 4 << 8, 1 | 3 << 16] {
+            assert!(decode_ios(0, bad).is_err(), "{bad:#x}");
+        }
     }
 }

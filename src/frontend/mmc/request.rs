@@ -1,5 +1,5 @@
-//! virtio-mmc descriptor chains → checked requests (docs/virtio-mmc.md, "Request queue",
-//! "Control queue", "Event queue").
+//! virtio-mmc descriptor chains → checked requests, and the answers written back into
+//! them (docs/virtio-mmc.md, "Request queue", "Control queue", "Event queue").
 //!
 //! A request chain is one device-readable descriptor holding the 80-byte header, the data
 //! buffers (one descriptor each, device-readable for a write, device-writable for a read),
@@ -9,12 +9,20 @@
 //! types, and the data geometry against the limits in the configuration space. The guest
 //! is hostile: a defect is a [`ParseError`] carrying the status to report (IOERR, or
 //! UNSUPP for unknown flags) and where the response can be written, if anywhere.
+//!
+//! The checks work on a plain list of descriptors ([`ChainDesc`]) and guest memory
+//! (`parse_*_descs`); `parse_request` / `parse_control` / `parse_event_buffer` take them
+//! off a virtqueue's descriptor chain. The backend and the driver's in-process loopback
+//! device both go through them, and both answer with [`answer_request`],
+//! [`refuse_request`], [`answer_control`] and [`refuse_control`].
 
 use virtio_queue::{desc::split::Descriptor, DescriptorChain};
-use vm_memory::{Address, Bytes, GuestAddress, GuestMemory, Permissions};
+use vm_memory::{Address, ByteValued, Bytes, GuestAddress, GuestMemory, Permissions};
 
+use super::device::Executed;
 use super::proto::*;
 use crate::host::sdhci::DmaSegment;
+use crate::timing::Nanos;
 
 /// Wire sizes of the structures a chain carries.
 pub const HDR_LEN: u32 = std::mem::size_of::<VirtioMmcReqHdr>() as u32;
@@ -87,57 +95,86 @@ pub struct ParseError {
     pub problem: String,
 }
 
-/// The descriptors of a chain, after checking that each lies inside guest memory with the
-/// access its direction needs.
-struct Chain {
-    descs: Vec<Descriptor>,
-    /// The first descriptor outside guest memory, if any.
-    outside: Option<Descriptor>,
+/// One descriptor of a chain as the checks see it: where it is, how long, and which way.
+/// [`parse_request`] and friends take them off a virtqueue; an in-process device (the
+/// driver's loopback) builds them itself and calls the `*_descs` checks directly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChainDesc {
+    pub addr: GuestAddress,
+    pub len: u32,
+    /// Device-writable; else device-readable.
+    pub writable: bool,
 }
 
-fn collect<M>(chain: DescriptorChain<M>) -> Chain
+impl ChainDesc {
+    pub fn new(addr: GuestAddress, len: u32, writable: bool) -> ChainDesc {
+        ChainDesc {
+            addr,
+            len,
+            writable,
+        }
+    }
+}
+
+impl From<Descriptor> for ChainDesc {
+    fn from(d: Descriptor) -> ChainDesc {
+        ChainDesc {
+            addr: d.addr(),
+            len: d.len(),
+            writable: d.is_write_only(),
+        }
+    }
+}
+
+fn chain_descs<M>(chain: DescriptorChain<M>) -> Vec<ChainDesc>
 where
     M: std::ops::Deref + Clone,
     M::Target: GuestMemory,
 {
-    let mem = chain.memory();
-    let mut descs = Vec::new();
-    let mut outside = None;
-    for desc in chain.clone() {
-        let access = if desc.is_write_only() {
+    chain.map(ChainDesc::from).collect()
+}
+
+/// The first descriptor that does not lie inside guest memory with the access its
+/// direction needs.
+fn outside<'d, M: GuestMemory + ?Sized>(mem: &M, descs: &'d [ChainDesc]) -> Option<&'d ChainDesc> {
+    descs.iter().find(|d| {
+        let access = if d.writable {
             Permissions::Write
         } else {
             Permissions::Read
         };
-        let inside = desc.len() == 0 || mem.check_range(desc.addr(), desc.len() as usize, access);
-        if !inside && outside.is_none() {
-            outside = Some(desc);
-        }
-        descs.push(desc);
-    }
-    Chain { descs, outside }
+        d.len != 0 && !mem.check_range(d.addr, d.len as usize, access)
+    })
 }
 
 /// Where a response of `len` bytes can go: the last descriptor, when it is device-writable,
 /// at least `len` long and inside guest memory.
 fn response_slot<M: GuestMemory + ?Sized>(
     mem: &M,
-    descs: &[Descriptor],
+    descs: &[ChainDesc],
     len: u32,
 ) -> Option<GuestAddress> {
     let last = descs.last()?;
-    (last.is_write_only()
-        && last.len() >= len
-        && mem.check_range(last.addr(), len as usize, Permissions::Write))
-    .then(|| last.addr())
+    (last.writable
+        && last.len >= len
+        && mem.check_range(last.addr, len as usize, Permissions::Write))
+    .then_some(last.addr)
 }
 
-fn outside_problem(d: &Descriptor) -> String {
+fn outside_problem(d: &ChainDesc) -> String {
     format!(
         "descriptor {:#x}+{} lies outside guest memory",
-        d.addr().raw_value(),
-        d.len()
+        d.addr.raw_value(),
+        d.len
     )
+}
+
+fn direction(d: &ChainDesc) -> &'static str {
+    if d.writable {
+        "device-writable"
+    } else {
+        "device-readable"
+    }
 }
 
 /// Check one command of the header.
@@ -145,7 +182,7 @@ fn check_cmd(which: &str, c: &VirtioMmcCmd) -> Result<(), String> {
     if c.opcode > MAX_OPCODE {
         return Err(format!("{which}: opcode {} above {MAX_OPCODE}", c.opcode));
     }
-    if c.resp_type > RESP_R3 {
+    if response_type(c.resp_type).is_none() {
         return Err(format!("{which}: response type {} unknown", c.resp_type));
     }
     Ok(())
@@ -158,16 +195,24 @@ where
     M::Target: GuestMemory,
 {
     let mem = chain.memory();
-    let Chain { descs, outside } = collect(chain.clone());
-    let resp = response_slot(mem, &descs, RESP_LEN);
+    parse_request_descs(mem, &chain_descs(chain.clone()), limits)
+}
+
+/// Check a request chain given as its descriptors in `mem`.
+pub fn parse_request_descs<M: GuestMemory + ?Sized>(
+    mem: &M,
+    descs: &[ChainDesc],
+    limits: &Limits,
+) -> Result<MmcReq, ParseError> {
+    let resp = response_slot(mem, descs, RESP_LEN);
     let fail = |status: u32, problem: String| ParseError {
         resp,
         status,
         problem,
     };
     let ioerr = |problem: String| fail(STATUS_IOERR, problem);
-    if let Some(d) = outside {
-        return Err(ioerr(outside_problem(&d)));
+    if let Some(d) = outside(mem, descs) {
+        return Err(ioerr(outside_problem(d)));
     }
     if descs.len() < 2 {
         return Err(ioerr(format!(
@@ -176,32 +221,24 @@ where
         )));
     }
     let (first, last) = (descs[0], descs[descs.len() - 1]);
-    if first.is_write_only() || first.len() != HDR_LEN {
+    if first.writable || first.len != HDR_LEN {
         return Err(ioerr(format!(
             "the first descriptor must be the device-readable {HDR_LEN}-byte header \
              ({} bytes, {})",
-            first.len(),
-            if first.is_write_only() {
-                "device-writable"
-            } else {
-                "device-readable"
-            }
+            first.len,
+            direction(&first)
         )));
     }
-    if !last.is_write_only() || last.len() != RESP_LEN {
+    if !last.writable || last.len != RESP_LEN {
         return Err(ioerr(format!(
             "the last descriptor must be the device-writable {RESP_LEN}-byte response \
              ({} bytes, {})",
-            last.len(),
-            if last.is_write_only() {
-                "device-writable"
-            } else {
-                "device-readable"
-            }
+            last.len,
+            direction(&last)
         )));
     }
     let hdr: VirtioMmcReqHdr = mem
-        .read_obj(first.addr())
+        .read_obj(first.addr)
         .map_err(|e| ioerr(format!("header unreadable: {e}")))?;
     if hdr.flags & !REQ_F_ALL != 0 {
         return Err(fail(
@@ -252,15 +289,11 @@ where
             )));
         }
         let write = hdr.flags & REQ_F_WRITE != 0;
-        if middle.iter().any(|d| d.is_write_only() == write) {
+        if let Some(d) = middle.iter().find(|d| d.writable == write) {
             return Err(ioerr(format!(
                 "a data buffer of a {} is {}",
                 if write { "write" } else { "read" },
-                if write {
-                    "device-writable"
-                } else {
-                    "device-readable"
-                }
+                direction(d)
             )));
         }
         if middle.len() > limits.max_segs as usize {
@@ -270,14 +303,13 @@ where
                 limits.max_segs
             )));
         }
-        if let Some(d) = middle.iter().find(|d| d.len() > limits.max_seg_size) {
+        if let Some(d) = middle.iter().find(|d| d.len > limits.max_seg_size) {
             return Err(ioerr(format!(
                 "a data buffer of {} bytes exceeds max_seg_size {}",
-                d.len(),
-                limits.max_seg_size
+                d.len, limits.max_seg_size
             )));
         }
-        let buffers: u64 = middle.iter().map(|d| u64::from(d.len())).sum();
+        let buffers: u64 = middle.iter().map(|d| u64::from(d.len)).sum();
         if buffers != total {
             return Err(ioerr(format!(
                 "data buffers hold {buffers} bytes, {} × {} blocks is {total}",
@@ -287,15 +319,15 @@ where
         data = middle
             .iter()
             .map(|d| Segment {
-                addr: d.addr(),
-                len: d.len(),
+                addr: d.addr,
+                len: d.len,
             })
             .collect();
     }
     Ok(MmcReq {
         hdr,
         data,
-        resp: last.addr(),
+        resp: last.addr,
     })
 }
 
@@ -306,25 +338,32 @@ where
     M::Target: GuestMemory,
 {
     let mem = chain.memory();
-    let Chain { descs, outside } = collect(chain.clone());
-    let resp = response_slot(mem, &descs, CTRL_RESP_LEN);
+    parse_control_descs(mem, &chain_descs(chain.clone()))
+}
+
+/// Check a control chain given as its descriptors in `mem`.
+pub fn parse_control_descs<M: GuestMemory + ?Sized>(
+    mem: &M,
+    descs: &[ChainDesc],
+) -> Result<CtrlReq, ParseError> {
+    let resp = response_slot(mem, descs, CTRL_RESP_LEN);
     let ioerr = |problem: String| ParseError {
         resp,
         status: STATUS_IOERR,
         problem,
     };
-    if let Some(d) = outside {
-        return Err(ioerr(outside_problem(&d)));
+    if let Some(d) = outside(mem, descs) {
+        return Err(ioerr(outside_problem(d)));
     }
     let shape_ok = descs.len() == 2
-        && !descs[0].is_write_only()
-        && descs[0].len() == CTRL_REQ_LEN
-        && descs[1].is_write_only()
-        && descs[1].len() == CTRL_RESP_LEN;
+        && !descs[0].writable
+        && descs[0].len == CTRL_REQ_LEN
+        && descs[1].writable
+        && descs[1].len == CTRL_RESP_LEN;
     if !shape_ok {
         let shape: Vec<String> = descs
             .iter()
-            .map(|d| format!("{}{}", if d.is_write_only() { "w" } else { "r" }, d.len()))
+            .map(|d| format!("{}{}", if d.writable { "w" } else { "r" }, d.len))
             .collect();
         return Err(ioerr(format!(
             "a control request is r{CTRL_REQ_LEN} then w{CTRL_RESP_LEN}, the chain is [{}]",
@@ -332,11 +371,11 @@ where
         )));
     }
     let req: VirtioMmcCtrlReq = mem
-        .read_obj(descs[0].addr())
+        .read_obj(descs[0].addr)
         .map_err(|e| ioerr(format!("control request unreadable: {e}")))?;
     Ok(CtrlReq {
         req,
-        resp: descs[1].addr(),
+        resp: descs[1].addr,
     })
 }
 
@@ -348,25 +387,91 @@ where
     M::Target: GuestMemory,
 {
     let mem = chain.memory();
-    let Some(first) = chain.clone().next() else {
+    let first: Vec<ChainDesc> = chain.clone().take(1).map(ChainDesc::from).collect();
+    parse_event_descs(mem, &first)
+}
+
+/// Check an event buffer given as its descriptors in `mem` (only the first counts).
+pub fn parse_event_descs<M: GuestMemory + ?Sized>(
+    mem: &M,
+    descs: &[ChainDesc],
+) -> Result<GuestAddress, String> {
+    let Some(first) = descs.first() else {
         return Err("empty event buffer".into());
     };
-    if !first.is_write_only() || first.len() < EVENT_LEN {
+    if !first.writable || first.len < EVENT_LEN {
         return Err(format!(
             "an event buffer is a device-writable descriptor of at least {EVENT_LEN} bytes \
              ({} bytes, {})",
-            first.len(),
-            if first.is_write_only() {
-                "device-writable"
-            } else {
-                "device-readable"
-            }
+            first.len,
+            direction(first)
         ));
     }
-    if !mem.check_range(first.addr(), EVENT_LEN as usize, Permissions::Write) {
-        return Err(outside_problem(&first));
+    if !mem.check_range(first.addr, EVENT_LEN as usize, Permissions::Write) {
+        return Err(outside_problem(first));
     }
-    Ok(first.addr())
+    Ok(first.addr)
+}
+
+// ---- answers --------------------------------------------------------------------------------
+
+/// Write `obj` to guest memory at `addr`; `false` (and a log line) when it cannot be.
+pub fn put<M: GuestMemory + ?Sized, T: ByteValued>(mem: &M, obj: T, addr: GuestAddress) -> bool {
+    match mem.write_obj(obj, addr) {
+        Ok(()) => true,
+        Err(e) => {
+            log::warn!("writing a result at {:#x}: {e}", addr.0);
+            false
+        }
+    }
+}
+
+/// Write an executed request's response into its chain; the used length (read data and
+/// the response, or 0 when the response could not be written).
+pub fn answer_request<M: GuestMemory + ?Sized>(mem: &M, req: &MmcReq, done: &Executed) -> u32 {
+    if put(mem, done.resp, req.resp) {
+        done.data_len + RESP_LEN
+    } else {
+        0
+    }
+}
+
+/// Answer a refused request chain with its status where the chain has room for a
+/// response; the used length (0 when it has none).
+pub fn refuse_request<M: GuestMemory + ?Sized>(mem: &M, e: &ParseError) -> u32 {
+    let answer = VirtioMmcResp {
+        status: e.status,
+        ..Default::default()
+    };
+    e.resp
+        .filter(|&addr| put(mem, answer, addr))
+        .map_or(0, |_| RESP_LEN)
+}
+
+/// Write a control request's result into its chain; the used length.
+pub fn answer_control<M: GuestMemory + ?Sized>(
+    mem: &M,
+    req: &CtrlReq,
+    out: &VirtioMmcCtrlResp,
+) -> u32 {
+    if put(mem, *out, req.resp) {
+        CTRL_RESP_LEN
+    } else {
+        0
+    }
+}
+
+/// Answer a refused control chain with its status (and the card time `now`) where the
+/// chain has room for a result; the used length (0 when it has none).
+pub fn refuse_control<M: GuestMemory + ?Sized>(mem: &M, e: &ParseError, now: Nanos) -> u32 {
+    let answer = VirtioMmcCtrlResp {
+        status: e.status,
+        now_ns: now,
+        ..Default::default()
+    };
+    e.resp
+        .filter(|&addr| put(mem, answer, addr))
+        .map_or(0, |_| CTRL_RESP_LEN)
 }
 
 /// A data buffer in guest memory as the SDHCI model's DMA engine sees it: its guest
@@ -408,7 +513,7 @@ mod tests {
     use super::*;
     use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
     use virtio_queue::mock::MockSplitQueue;
-    use vm_memory::{ByteValued, GuestMemoryMmap};
+    use vm_memory::GuestMemoryMmap;
 
     const F_WRITE: u16 = 2;
 
