@@ -23,7 +23,7 @@ mod cache;
 pub mod command;
 mod erase;
 pub mod ext_csd;
-mod fault;
+pub mod fault;
 mod ident;
 mod lock;
 mod one_or_many;

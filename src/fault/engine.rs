@@ -184,7 +184,12 @@ impl FaultInjector {
         let bytes_written = self.bytes_written;
         let state = &mut self.rules[index];
         let rule = &state.rule;
-        if rule.count.is_some_and(|c| state.fired >= c) {
+        // A power loss happens once unless the plan says otherwise.
+        let limit = rule.count.or(match rule.effect {
+            Effect::PowerLoss { .. } => Some(1),
+            _ => None,
+        });
+        if limit.is_some_and(|c| state.fired >= c) {
             return false;
         }
         if !filters_match(rule, cmd, bytes_written) {

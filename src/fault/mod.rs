@@ -9,3 +9,6 @@ pub mod plan;
 
 pub use engine::{CommandInfo, FaultInjector, Injection};
 pub use plan::{Commands, Direction, Effect, FaultPlan, PlanError, Range, Rule};
+
+#[cfg(test)]
+mod tests;

@@ -6,9 +6,7 @@ use std::sync::Arc;
 
 use super::backend::{EmmcBlkBackend, TIMER_EVENT};
 use super::target::{CardTarget, DriverPolicy};
-use crate::frontend::serve::{
-    exact_timers, load_fault_plan, open_card, run_daemon, ServedBackend,
-};
+use crate::frontend::serve::{exact_timers, load_fault_plan, open_card, run_daemon, ServedBackend};
 pub use crate::frontend::serve::{ServeArgs, TimingArg};
 use crate::sim::trace::TraceWriter;
 
