@@ -339,10 +339,8 @@ impl Rule {
                 }
             }
         }
-        if self.effect.needs_data() {
-            if self.direction == Some(Direction::None) {
-                return Err("a data effect cannot apply to commands without data".into());
-            }
+        if self.effect.needs_data() && self.direction == Some(Direction::None) {
+            return Err("a data effect cannot apply to commands without data".into());
         }
         match &self.effect {
             Effect::R1Error { bits } => {
