@@ -867,7 +867,7 @@ impl<'h> Run<'h> {
         }
 
         self.data_cmd = data.as_ref().map(|d| {
-            let packed = sbc.is_some_and(|s| s.arg & (1 << 30) != 0);
+            let packed = sbc.is_some_and(|s| s.arg & crate::host::mmc::MMC_CMD23_ARG_PACKED != 0);
             (d.direction, d.blksz, d.blocks, packed)
         });
         let o = self.send_command(&cmd, Role::Normal);
