@@ -407,17 +407,20 @@ mod tests {
     }
 
     #[test]
-    fn power_loss_waits_for_its_instant() {
-        let r = Rule {
-            count: Some(1),
-            ..Rule::new(Effect::PowerLoss {
-                at_ns: Some(5000),
-                restore: true,
-            })
-        };
-        let mut inj = injector(vec![r], 0);
+    fn power_loss_waits_for_its_instant_and_happens_once_unless_counted() {
+        let r = Rule::new(Effect::PowerLoss {
+            at_ns: Some(5000),
+            restore: true,
+        });
         let cmds = [cmd(13, 4999), cmd(13, 6000), cmd(13, 7000)];
+        let mut inj = injector(vec![r.clone()], 0);
         assert_eq!(firing(&mut inj, &cmds), vec![2]);
+        let twice = Rule {
+            count: Some(2),
+            ..r
+        };
+        let mut inj = injector(vec![twice], 0);
+        assert_eq!(firing(&mut inj, &cmds), vec![2, 3]);
     }
 
     #[test]
