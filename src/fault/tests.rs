@@ -616,3 +616,40 @@ fn every_example_plan_loads() {
     }
     assert!(n >= 4, "{n} example plans");
 }
+
+#[test]
+fn power_loss_during_programming_lands_the_prefix_that_elapsed() {
+    use crate::host::mmc::MmcHostOps;
+    let mut m = model("msm-emmc45-sdr50");
+    m.ext_csd.cache_size = 0;
+    let mut h = host(&m);
+    let data = vec![0x6Cu8; 64 * 512];
+    let mut sg = [&data[..]];
+    let done = h.start_request(MmcRequest {
+        sbc: Some(MmcCommand::new(23, 64, ResponseType::R1)),
+        cmd: MmcCommand::new(25, 5000, ResponseType::R1),
+        data: Some(MmcData::write(512, 64, &mut sg)),
+        stop: Some(MmcCommand::new(12, 0, ResponseType::R1b)),
+    });
+    assert!(done.is_ok() && done.busy_pending);
+    let (start, end) = (done.end_ns, h.card.busy_until().unwrap());
+    assert!(end > start + 1000);
+    let at = start + (end - start) / 2;
+    install(
+        &mut h,
+        &format!("[[rule]]\neffect = {{ kind = \"power_loss\", at_ns = {at} }}\n"),
+    );
+    // The host looks again only after the programming would have ended.
+    h.now = end;
+    assert_eq!(send_status(&mut h).cmd.error, Some(SdhciError::CmdTimeout));
+    let landed = (0..64)
+        .take_while(|&i| peek(&mut h, 5000 + i, 1).iter().all(|&b| b == 0x6C))
+        .count();
+    assert!((31..=32).contains(&landed), "{landed} of 64 sectors landed");
+    for i in landed as u64..64 {
+        assert!(
+            peek(&mut h, 5000 + i, 1).iter().all(|&b| b == 0),
+            "sector {i} after the cut is untouched"
+        );
+    }
+}
