@@ -11,6 +11,7 @@
 
 pub mod card;
 pub mod crc;
+pub mod fault;
 pub mod frontend;
 pub mod host;
 pub mod inspect;

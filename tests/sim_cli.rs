@@ -262,3 +262,56 @@ fn bad_driver_arguments_are_refused_with_a_message() {
         assert!(!out.stderr.is_empty(), "{args:?}: no message");
     }
 }
+
+#[test]
+fn a_fault_plan_is_applied_and_a_bad_one_stops_with_the_rule_and_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("plan.toml");
+    std::fs::write(
+        &plan,
+        "seed = 3\n[[rule]]\ncommand = 25\nevery = 2\neffect = { kind = \"data_crc\" }\n",
+    )
+    .unwrap();
+    let args = [
+        "--workload",
+        "lmdd-write",
+        "--size",
+        "4M",
+        "--fault-plan",
+        plan.to_str().unwrap(),
+        "--json",
+    ];
+    let a = json(&simulate(&args));
+    assert!(a["faults_injected"].as_u64().unwrap() > 0, "{a}");
+    assert!(a["driver"]["retries"].as_u64().unwrap() > 0, "{a}");
+    assert_eq!(a["driver"]["failed"], 0, "every fault was retried away");
+    assert_eq!(a, json(&simulate(&args)), "the plan replays");
+
+    std::fs::write(
+        &plan,
+        "[[rule]]\nname = \"typo\"\nprobability = 2.0\neffect = { kind = \"data_crc\" }\n",
+    )
+    .unwrap();
+    for cmd in [
+        &["simulate", "--workload", "seq-write"][..],
+        &[
+            "serve",
+            "--socket",
+            "/nonexistent/s",
+            "--image",
+            "/nonexistent/i",
+        ][..],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_vhost-user-emmc"))
+            .args(cmd)
+            .args(["--fault-plan", plan.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("rule 1 (\"typo\")") && err.contains("`probability` must be in (0, 1]"),
+            "{cmd:?}: {err}"
+        );
+    }
+}

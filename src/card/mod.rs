@@ -23,6 +23,7 @@ mod cache;
 pub mod command;
 mod erase;
 pub mod ext_csd;
+pub mod fault;
 mod ident;
 mod lock;
 mod one_or_many;
@@ -168,6 +169,10 @@ pub struct Card {
     /// EXCEPTION_EVENTS_STATUS.PACKED_FAILURE: the last packed command failed.
     packed_failure: bool,
     secure_trim_marks: Vec<(u64, u64)>,
+    /// A fault plan's R1 error bits: the next command is refused with them.
+    fault_r1: u32,
+    /// A fault plan's failing packed-write entry (1-based) for the next packed write.
+    fault_packed_index: Option<usize>,
 
     // ---- busy operations and background work
     op: Option<Operation>,
@@ -235,6 +240,8 @@ impl Card {
             packed_read: None,
             packed_failure: false,
             secure_trim_marks: Vec::new(),
+            fault_r1: 0,
+            fault_packed_index: None,
             op: None,
             bkops_outstanding_ns: 0,
             cache,
@@ -287,6 +294,14 @@ impl Card {
         }
         if self.lock.locked && matches!(spec.class, 2 | 4 | 5 | 6) && cmd.index != 16 {
             return self.illegal(cmd, "card is locked");
+        }
+        if self.fault_r1 != 0
+            && matches!(
+                spec.response,
+                command::ResponseType::R1 | command::ResponseType::R1b
+            )
+        {
+            return Some(self.refuse_with_fault(cmd, state));
         }
         let mut exec = Exec {
             now: self.now,

@@ -61,6 +61,8 @@ pub(super) struct Operation {
     pub kind: OpKind,
     pub start: Nanos,
     pub end: Nanos,
+    /// Lengthened by a fault plan's stuck busy: HPI may end it whatever its kind.
+    pub stuck: bool,
 }
 
 impl OpKind {
@@ -83,6 +85,7 @@ impl Card {
             kind,
             start,
             end: start.saturating_add(busy_ns),
+            stuck: false,
         });
         if matches!(
             self.state,
@@ -249,7 +252,7 @@ impl Card {
         let Some(op) = self.op.take() else {
             return false;
         };
-        if !op.kind.interruptible() {
+        if !op.kind.interruptible() && !op.stuck {
             self.op = Some(op);
             return false;
         }

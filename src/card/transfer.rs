@@ -630,8 +630,14 @@ impl Card {
         let cache = self.cache_enabled();
         let mut segments = Vec::with_capacity(header.entries.len());
         let mut offset = header_blocks as usize * SECTOR;
+        let injected = self.fault_packed_index.take();
         for (i, e) in header.entries.iter().enumerate() {
-            match self.check_entry(sw.partition, e, true) {
+            let checked = if injected == Some(i + 1) {
+                Err(r1::ERROR)
+            } else {
+                self.check_entry(sw.partition, e, true)
+            };
+            match checked {
                 Ok((abs, lba)) => {
                     let reliable = e.reliable();
                     let granule = if reliable {

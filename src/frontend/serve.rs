@@ -11,6 +11,7 @@
 //! `mmc` (raw MMC requests to the SDHCI host, docs/virtio-mmc.md; `mmc/serve.rs`). Both
 //! share this lifecycle through [`ServedBackend`].
 
+use crate::fault::{FaultInjector, FaultPlan};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
@@ -102,6 +103,25 @@ pub struct ServeArgs {
     /// CFQ's `slice_idle` in microseconds.
     #[arg(long, default_value_t = 8000)]
     pub slice_idle_us: u64,
+    /// Fault plan (TOML, docs/faults.md) applied to every command the controller sends
+    /// once the card is served; a plan that fails validation stops the daemon.
+    #[arg(long)]
+    pub fault_plan: Option<PathBuf>,
+}
+
+/// Load and validate `--fault-plan` into an injector.
+pub fn load_fault_plan(path: Option<&std::path::Path>) -> Result<Option<FaultInjector>, String> {
+    let Some(path) = path else { return Ok(None) };
+    let plan = FaultPlan::load(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    log::info!(
+        "fault plan {}: seed {}, {} rules",
+        path.display(),
+        plan.seed,
+        plan.rules.len()
+    );
+    FaultInjector::new(plan)
+        .map(Some)
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 impl ServeArgs {
@@ -139,6 +159,8 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
             args.time_scale
         ));
     }
+    // A bad plan stops the daemon before it touches the image or the socket.
+    load_fault_plan(args.fault_plan.as_deref())?;
     match args.transport {
         TransportArg::Blk => super::blk::serve::serve_blk(args),
         TransportArg::Mmc => super::mmc::serve::serve_mmc(args),

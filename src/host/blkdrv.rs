@@ -1109,6 +1109,17 @@ impl<H: MmcHostOps, D: BlkData> MmcBlk<H, D> {
             Work::Special(_) => false,
         };
         if let Err(e) = completion_result(&done) {
+            // mmc_blk_err_check: error bits in the command's own R1 (an address error, a
+            // refused command) abort the request whatever the data phase did: no data
+            // moved, and a retry would be refused again.
+            let e = if done.cmd.ok() && done.cmd.resp[0] & r1::ERRORS != 0 {
+                MmcError::Status {
+                    cmd: done.cmd.opcode,
+                    status: done.cmd.resp[0],
+                }
+            } else {
+                e
+            };
             self.rw_error(work, e);
             return;
         }

@@ -79,6 +79,7 @@ mod timeout;
 mod tests;
 
 use crate::card::{Card, Command, DataError, PowerDown, Response};
+use crate::fault::{self, CommandInfo, Effect, FaultInjector};
 use crate::model::HostModel;
 use crate::timing::bus::{ResponseLength, COMMAND_BITS};
 use crate::timing::{Bus, Nanos};
@@ -432,6 +433,9 @@ pub struct SdhciHost {
     /// The card's CSD and the data time-outs derived from it (read, write), as the MMC
     /// core decodes them once rather than per request.
     data_timeouts: Option<([u8; 16], DataTimeouts)>,
+    /// A fault plan consulted for every command put on the bus (`None`: no faults, and
+    /// no cost beyond this check).
+    faults: Option<Box<FaultInjector>>,
 }
 
 /// `(timeout_ns, timeout_clks)` for reads and for writes.
@@ -457,6 +461,7 @@ impl SdhciHost {
             staging: Vec::new(),
             table: Vec::new(),
             data_timeouts: None,
+            faults: None,
         };
         host.actual_clock = host.sdclk(host.ios.clock);
         host
@@ -464,6 +469,26 @@ impl SdhciHost {
 
     pub fn config(&self) -> &SdhciConfig {
         &self.config
+    }
+
+    /// Install (or with `None` remove) a fault injector: from now on every command the
+    /// controller sends is offered to it first.
+    pub fn set_fault_injector(&mut self, faults: Option<FaultInjector>) {
+        self.faults = faults.map(Box::new);
+    }
+
+    pub fn fault_injector(&self) -> Option<&FaultInjector> {
+        self.faults.as_deref()
+    }
+
+    /// Remove the injector and hand it back (to carry it over a controller reset).
+    pub fn take_fault_injector(&mut self) -> Option<FaultInjector> {
+        self.faults.take().map(|b| *b)
+    }
+
+    /// The installed injector, to add or clear rules at run time.
+    pub fn fault_injector_mut(&mut self) -> Option<&mut FaultInjector> {
+        self.faults.as_deref_mut()
     }
 
     pub fn ios(&self) -> MmcIos {
@@ -736,6 +761,14 @@ struct Run<'h> {
     defer_final_busy: bool,
     /// The busy being waited for now is the final one.
     defer_now: bool,
+    /// The data phase of the command being sent, while it is the request's data command:
+    /// (direction, block size, blocks, packed).
+    data_cmd: Option<(DataDirection, u32, u32, bool)>,
+    /// Injected faults waiting for the data phase or the busy they act on.
+    data_fault: Option<Effect>,
+    bit_flips: u32,
+    /// Extra busy or access time, and whether it yields to HPI (stuck busy).
+    extra_busy: Option<(Nanos, bool)>,
 }
 
 impl<'h> Run<'h> {
@@ -759,6 +792,10 @@ impl<'h> Run<'h> {
             },
             defer_final_busy: false,
             defer_now: false,
+            data_cmd: None,
+            data_fault: None,
+            bit_flips: 0,
+            extra_busy: None,
         }
     }
 
@@ -829,7 +866,12 @@ impl<'h> Run<'h> {
             }
         }
 
+        self.data_cmd = data.as_ref().map(|d| {
+            let packed = sbc.is_some_and(|s| s.arg & crate::host::mmc::MMC_CMD23_ARG_PACKED != 0);
+            (d.direction, d.blksz, d.blocks, packed)
+        });
         let o = self.send_command(&cmd, Role::Normal);
+        self.data_cmd = None;
         self.out.cmd = o;
         match o.error {
             // sdhci_cmd_irq: a data command's response CRC error is a data CRC error; the
@@ -863,6 +905,11 @@ impl<'h> Run<'h> {
         self.defer_now = self.defer_final_busy && sbc.is_some();
         match self.data_phase(&mut d, per_block, budget) {
             Ok(()) => {
+                if d.direction == DataDirection::Write {
+                    if let Some(f) = self.host.faults.as_deref_mut() {
+                        f.note_written(u64::from(d.blksz) * u64::from(d.blocks));
+                    }
+                }
                 if auto_cmd12 {
                     self.defer_now = self.defer_final_busy;
                     let stop_cmd = MmcCommand::new(12, 0, ResponseType::R1b);
@@ -956,12 +1003,24 @@ impl<'h> Run<'h> {
             error: None,
         };
         let bus = self.host.bus();
+        let bus_fault = if self.host.faults.is_some() {
+            self.consult_faults(cmd)
+        } else {
+            None
+        };
         let error = if bus.clock_hz == 0 {
             log::debug!("CMD{}: SD clock stopped", cmd.opcode);
             Some(SdhciError::CmdTimeout)
         } else {
-            self.exchange(cmd, &bus, &mut out)
+            self.exchange(cmd, &bus, &mut out, bus_fault)
         };
+        if self.data_cmd.is_none() {
+            if let Some((ns, stuck)) = self.extra_busy.take() {
+                if !self.card.extend_busy(ns, stuck) {
+                    log::debug!("fault: CMD{} holds no busy to lengthen", cmd.opcode);
+                }
+            }
+        }
         out.error = error;
         if let Some(e) = error {
             log::debug!("CMD{} arg {:#010x}: {e}", cmd.opcode, cmd.arg);
@@ -970,11 +1029,104 @@ impl<'h> Run<'h> {
         out
     }
 
+    /// Offer the command to the fault injector; apply the card-level effects that fire,
+    /// keep the data-phase ones, and return a command-level bus error to produce.
+    fn consult_faults(&mut self, cmd: &MmcCommand) -> Option<SdhciError> {
+        let info = self.command_info(cmd);
+        let effects = self.host.faults.as_deref_mut()?.on_command(&info);
+        let mut bus = None;
+        for effect in effects {
+            match effect {
+                Effect::CmdCrc => bus = bus.or(Some(SdhciError::CmdCrc)),
+                Effect::CmdTimeout => bus = bus.or(Some(SdhciError::CmdTimeout)),
+                Effect::CmdEndBit => bus = bus.or(Some(SdhciError::CmdEndBit)),
+                Effect::DataCrc | Effect::DataTimeout => {
+                    self.data_fault = self.data_fault.take().or(Some(effect));
+                }
+                Effect::BitFlip { bits } => self.bit_flips = self.bit_flips.saturating_add(bits),
+                Effect::R1Error { .. } => self.card.inject_r1_error(effect.r1_bits()),
+                Effect::PackedFailure { index } => {
+                    self.card.inject_packed_failure(index as usize);
+                }
+                Effect::StuckBusy { max_ns } => {
+                    let ns = max_ns.unwrap_or(fault::plan::STUCK_BUSY_DEFAULT_MAX_NS);
+                    self.extra_busy = Some((ns, true));
+                }
+                Effect::Latency { ns } => self.add_extra_busy(ns),
+                Effect::GcStorm { ns, work_ns } => {
+                    self.card.add_background_work(work_ns.unwrap_or(ns));
+                    self.add_extra_busy(ns);
+                }
+                Effect::UrgentBkops { level } => {
+                    self.card.raise_bkops_level(level);
+                }
+                Effect::WearOut {
+                    life_time_est_a,
+                    life_time_est_b,
+                    pre_eol_info,
+                } => self
+                    .card
+                    .set_wear(life_time_est_a, life_time_est_b, pre_eol_info),
+                Effect::PowerLoss { at_ns, restore } => {
+                    let at = at_ns.unwrap_or(self.now).min(self.now);
+                    self.card.sudden_power_loss(at, restore);
+                    self.host.tuned = false;
+                }
+            }
+        }
+        bus
+    }
+
+    fn add_extra_busy(&mut self, ns: Nanos) {
+        let (prev, stuck) = self.extra_busy.unwrap_or((0, false));
+        self.extra_busy = Some((prev.saturating_add(ns), stuck));
+    }
+
+    /// What the fault injector is told about a command.
+    fn command_info(&self, cmd: &MmcCommand) -> CommandInfo {
+        let (direction, bytes, blocks, packed) = match self.data_cmd {
+            Some((dir, blksz, blocks, packed)) => (
+                match dir {
+                    DataDirection::Read => fault::Direction::Read,
+                    DataDirection::Write => fault::Direction::Write,
+                },
+                u64::from(blksz) * u64::from(blocks),
+                u64::from(blocks),
+                packed,
+            ),
+            None => (fault::Direction::None, 0, 0, false),
+        };
+        let opcode = cmd.opcode & 0x3F;
+        let lba = match opcode {
+            17 | 18 | 24 | 25 if !packed => Some(blocks.max(1)),
+            35 | 36 => Some(1),
+            _ => None,
+        }
+        .map(|count| {
+            let lba = if self.card.model().sector_addressing() {
+                u64::from(cmd.arg)
+            } else {
+                u64::from(cmd.arg) / 512
+            };
+            (lba, count)
+        });
+        CommandInfo {
+            opcode,
+            arg: cmd.arg,
+            direction,
+            lba,
+            bytes,
+            now: self.now,
+            packed,
+        }
+    }
+
     fn exchange(
         &mut self,
         cmd: &MmcCommand,
         bus: &Bus,
         out: &mut CommandOutcome,
+        fault: Option<SdhciError>,
     ) -> Option<SdhciError> {
         let expected = match cmd.resp_type {
             ResponseType::None => ResponseLength::None,
@@ -988,7 +1140,9 @@ impl<'h> Run<'h> {
         let response = if self.host.ios.power_mode == PowerMode::Off {
             self.card.advance(at);
             None
-        } else if tier >= 2 {
+        } else if tier >= 2 || fault == Some(SdhciError::CmdTimeout) {
+            // The card cannot make sense of the command (overspeed, or a plan's corrupted
+            // command): it stays silent and records COM_CRC_ERROR.
             self.card.execute_checked(at, token, false)
         } else {
             self.card.execute(at, token)
@@ -1009,10 +1163,10 @@ impl<'h> Run<'h> {
             Response::R2(_) => ResponseLength::Long,
             _ => ResponseLength::Short,
         };
-        if got != expected {
+        if got != expected || fault == Some(SdhciError::CmdEndBit) {
             return Some(SdhciError::CmdEndBit);
         }
-        if tier == 1 {
+        if tier == 1 || fault == Some(SdhciError::CmdCrc) {
             return Some(SdhciError::CmdCrc);
         }
         if matches!(cmd.resp_type, ResponseType::R1 | ResponseType::R1b)
@@ -1163,6 +1317,20 @@ impl<'h> Run<'h> {
         if problem.is_none() && card_len != blksz {
             problem = Some("block size differs from the card's");
         }
+        match self.data_fault.take() {
+            Some(Effect::DataCrc) => problem = Some("fault plan: data CRC error"),
+            Some(_) => {
+                // The data stalls: the card sends no block, or never answers the written one.
+                log::debug!("data phase: fault plan stalls the data");
+                let wait = if read {
+                    per_block
+                } else {
+                    bus.write_ns(blksz, 1).saturating_add(per_block)
+                };
+                return Err(self.data_timeout(wait));
+            }
+            None => {}
+        }
         // One plain-memory segment holding exactly the transfer: the DMA engine's view and
         // the card's are the same bytes, so skip the staging copy.
         let direct = problem.is_none() && d.sg.len() == 1 && d.sg[0].len() == len;
@@ -1237,6 +1405,21 @@ impl<'h> Run<'h> {
         };
         match self.card.read_data(self.now, target) {
             Ok(internal) => {
+                let internal = match self.extra_busy.take() {
+                    Some((ns, _)) => internal.saturating_add(ns),
+                    None => internal,
+                };
+                if self.bit_flips > 0 {
+                    let flips = std::mem::take(&mut self.bit_flips);
+                    if let Some(f) = self.host.faults.as_deref_mut() {
+                        let bits = target.len() as u64 * 8;
+                        for _ in 0..flips {
+                            let bit = f.draw(bits);
+                            target[(bit / 8) as usize] ^= 1 << (bit % 8);
+                        }
+                        log::info!("fault: {flips} bits flipped in {} bytes read", target.len());
+                    }
+                }
                 if internal > budget {
                     log::debug!("read access of {internal} ns exceeds the {budget} ns time-out");
                     return Err(self.data_timeout(per_block));
@@ -1277,6 +1460,9 @@ impl<'h> Run<'h> {
         match self.card.write_data(sent, data) {
             Ok(()) => {
                 self.now = sent;
+                if let Some((ns, stuck)) = self.extra_busy.take() {
+                    self.card.extend_busy(ns, stuck);
+                }
                 if self.wait_busy_within(per_block, budget) {
                     Ok(())
                 } else {

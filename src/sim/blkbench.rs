@@ -198,6 +198,9 @@ pub struct DriverReport {
     pub driver: BlkStats,
     pub card: CardCounters,
     pub flash: Option<FlashStats>,
+    /// Faults the `--fault-plan` injected (absent without a plan).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub faults_injected: Option<u64>,
 }
 
 fn mode_name(m: PackingMode) -> String {
@@ -349,8 +352,24 @@ pub fn run_experiment(
     setup: &DriverSetup,
     exp: &Experiment,
 ) -> Result<DriverReport, String> {
+    run_experiment_with_faults(model, setup, exp, None)
+}
+
+/// [`run_experiment`] with a fault injector on the controller once the card is up.
+pub fn run_experiment_with_faults(
+    model: &DeviceModel,
+    setup: &DriverSetup,
+    exp: &Experiment,
+    faults: Option<crate::fault::FaultInjector>,
+) -> Result<DriverReport, String> {
     let mut drv = driver(model, setup)?;
+    drv.host_mut().sdhci.set_fault_injector(faults);
     let w = run_experiment_on(&mut drv, exp);
+    let faults_injected = drv
+        .host()
+        .sdhci
+        .fault_injector()
+        .map(|f| f.history().len() as u64);
     let st = w.driver;
     let card = &drv.host().card;
     Ok(DriverReport {
@@ -385,6 +404,7 @@ pub fn run_experiment(
         driver: st,
         card: CardCounters::new(card.stats(), card.bkops_outstanding_ns()),
         flash: card.timing().flash_stats(),
+        faults_injected,
     })
 }
 
@@ -398,6 +418,12 @@ impl DriverReport {
             "model {}  workload {}\nscheduler {}  packing {}  {:.3} s of card time\n",
             self.model, self.workload, self.scheduler, self.packing, self.card_time_s
         );
+        if let Some(n) = self.faults_injected {
+            out.push_str(&format!(
+                "fault plan: {n} faults injected, {} retries, {} requests failed\n",
+                self.driver.retries, self.driver.failed
+            ));
+        }
         out.push_str(
             "                 ops      MB/s        IOPS   mean µs    p50 µs    p99 µs  p99.9 µs    max µs\n",
         );

@@ -3,7 +3,7 @@
 use std::io::IsTerminal;
 
 use super::blkbench::{
-    run_experiment, sweep, sweep_text, DriverReport, DriverSetup, Experiment, SweepRow,
+    run_experiment_with_faults, sweep, sweep_text, DriverReport, DriverSetup, Experiment, SweepRow,
 };
 use super::device::{BlockDevice, CardDevice};
 use super::flashbench::{self, AlignOptions, OpenAuOptions, PageSplit, Region};
@@ -220,6 +220,11 @@ pub struct SimulateArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Fault plan (TOML, docs/faults.md) applied once the card is up. Driver workloads
+    /// (lmdd-write, parallel-rw, iozone-write) retry as Linux does; the direct workloads
+    /// stop at the first error.
+    #[arg(long)]
+    pub fault_plan: Option<std::path::PathBuf>,
 }
 
 /// Parse `wr-threshold=A..B`.
@@ -447,9 +452,13 @@ fn precondition(
 /// Run a simulation and return its output.
 pub fn simulate(args: &SimulateArgs) -> Result<Output, String> {
     let model = DeviceModel::load(&args.model).map_err(|e| e.to_string())?;
+    let faults = crate::frontend::serve::load_fault_plan(args.fault_plan.as_deref())?;
     if args.workload.is_driver() {
         let (setup, exp) = driver_run(args, &model)?;
         if let Some((a, b)) = args.sweep {
+            if faults.is_some() {
+                return Err("--fault-plan does not apply to --sweep".into());
+            }
             let rows = sweep(&model, &setup, &exp, a, b)?;
             return Ok(Output::Sweep {
                 model: model.name.clone(),
@@ -457,7 +466,8 @@ pub fn simulate(args: &SimulateArgs) -> Result<Output, String> {
                 rows,
             });
         }
-        return run_experiment(&model, &setup, &exp).map(|r| Output::Driver(Box::new(r)));
+        return run_experiment_with_faults(&model, &setup, &exp, faults)
+            .map(|r| Output::Driver(Box::new(r)));
     }
     if args.sweep.is_some() {
         return Err("--sweep applies to lmdd-write, parallel-rw and iozone-write".into());
@@ -487,6 +497,8 @@ pub fn simulate(args: &SimulateArgs) -> Result<Output, String> {
     if args.precondition > 0 {
         precondition(&mut device, start, span, args.precondition)?;
     }
+    // After preconditioning: the plan sees the workload's commands.
+    device.set_fault_injector(faults);
     if args.workload.is_flashbench() {
         return run_flashbench(
             args,

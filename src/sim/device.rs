@@ -95,6 +95,15 @@ impl CardDevice {
         &self.host.card
     }
 
+    /// Install a fault injector on the controller (`None` removes it).
+    pub fn set_fault_injector(&mut self, faults: Option<crate::fault::FaultInjector>) {
+        self.host.sdhci.set_fault_injector(faults);
+    }
+
+    pub fn fault_injector(&self) -> Option<&crate::fault::FaultInjector> {
+        self.host.sdhci.fault_injector()
+    }
+
     pub fn card_mut(&mut self) -> &mut Card {
         &mut self.host.card
     }

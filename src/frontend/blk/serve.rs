@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::backend::{EmmcBlkBackend, TIMER_EVENT};
 use super::target::{CardTarget, DriverPolicy};
-use crate::frontend::serve::{exact_timers, open_card, run_daemon, ServedBackend};
+use crate::frontend::serve::{exact_timers, load_fault_plan, open_card, run_daemon, ServedBackend};
 pub use crate::frontend::serve::{ServeArgs, TimingArg};
 use crate::sim::trace::TraceWriter;
 
@@ -39,8 +39,10 @@ pub fn serve_blk(args: &ServeArgs) -> Result<(), String> {
         packing: args.packing.mode(args.wr_threshold),
         elevator: args.scheduler.elevator(args.slice_idle_us),
     };
-    let target =
+    let faults = load_fault_plan(args.fault_plan.as_deref())?;
+    let mut target =
         CardTarget::new(card, &model, &policy).map_err(|e| format!("card bring-up: {e}"))?;
+    target.set_fault_injector(faults);
     log::info!(
         "model {}: {} sectors, serial {}",
         model.name,

@@ -439,11 +439,26 @@ impl CardTarget {
     /// synced) and bring it up again for the next one, as a rebooted machine would.
     pub fn restart(&mut self) -> Result<(), MmcError> {
         self.abandon_requests();
+        // The plan applies to the guest's traffic, not to the backend's own bring-up.
+        let faults = self.drv.host_mut().sdhci.take_fault_injector();
         self.shutdown();
         let host = self.drv.host_mut();
         let now = host.now();
         host.card.power_cycle(now, PowerDown::Clean);
-        self.drv.reprobe()
+        let result = self.drv.reprobe();
+        self.drv.host_mut().sdhci.set_fault_injector(faults);
+        result
+    }
+
+    /// Install a fault injector on the controller (`None` removes it). Bring-up has
+    /// happened already: the plan sees the guest's requests.
+    pub fn set_fault_injector(&mut self, faults: Option<crate::fault::FaultInjector>) {
+        self.drv.host_mut().sdhci.set_fault_injector(faults);
+    }
+
+    /// The controller's fault injector, to change its rules at run time.
+    pub fn fault_injector_mut(&mut self) -> Option<&mut crate::fault::FaultInjector> {
+        self.drv.host_mut().sdhci.fault_injector_mut()
     }
 
     /// Clean shutdown: write the cache back, notify power-off, make the image durable.

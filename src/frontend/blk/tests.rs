@@ -761,3 +761,41 @@ fn a_request_arriving_behind_the_drivers_clock_keeps_its_arrival() {
         "the read returns what was written"
     );
 }
+
+#[test]
+fn an_injected_persistent_error_is_ioerr_and_the_device_keeps_serving() {
+    let mut rig = Rig::new(model(0), Pacing::Off);
+    let plan = crate::fault::FaultPlan::from_toml_str(
+        "[[rule]]\ndirection = \"read\"\nlba = { start = 2048, end = 2056 }\neffect = { kind = \"data_crc\" }\n",
+    )
+    .unwrap();
+    rig.backend.with_target(|t| {
+        t.set_fault_injector(Some(crate::fault::FaultInjector::new(plan).unwrap()))
+    });
+    let data: Vec<u8> = (0..4096u32).map(|i| (i * 3 % 253) as u8).collect();
+    write(&mut rig, 2048, &data);
+    assert_eq!(
+        rig.status(STATUS),
+        VIRTIO_BLK_S_OK,
+        "writes are not affected"
+    );
+    write(&mut rig, 4096, &data);
+    assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_OK);
+    rig.used();
+    read(&mut rig, 2048, 4096);
+    assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_IOERR);
+    assert_eq!(rig.used().len(), 1, "the failed request completed");
+    let retries = rig.backend.with_target(|t| t.driver().stats().retries);
+    assert_eq!(
+        retries,
+        u64::from(crate::host::blkdrv::MMC_BLK_RETRIES),
+        "the driver retried before giving up"
+    );
+    // The device keeps serving, outside the range and inside it once the rule is gone.
+    assert_eq!(read(&mut rig, 4096, 4096), data);
+    assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_OK);
+    rig.backend
+        .with_target(|t| t.fault_injector_mut().unwrap().clear());
+    assert_eq!(read(&mut rig, 2048, 4096), data);
+    assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_OK);
+}

@@ -189,6 +189,16 @@ impl MmcDevice {
         self.config
     }
 
+    /// Install a fault injector on the controller (`None` removes it).
+    pub fn set_fault_injector(&mut self, faults: Option<crate::fault::FaultInjector>) {
+        self.host.sdhci.set_fault_injector(faults);
+    }
+
+    /// The controller's fault injector, to change its rules at run time.
+    pub fn fault_injector_mut(&mut self) -> Option<&mut crate::fault::FaultInjector> {
+        self.host.sdhci.fault_injector_mut()
+    }
+
     pub fn limits(&self) -> Limits {
         Limits::from_config(&self.config)
     }
@@ -476,7 +486,9 @@ impl MmcDevice {
     pub fn restart(&mut self) {
         let now = self.host.now();
         self.host.card.power_cycle(now, PowerDown::Clean);
+        let faults = self.host.sdhci.take_fault_injector();
         self.host.sdhci = SdhciHost::new(self.sdhci_config.clone());
+        self.host.sdhci.set_fault_injector(faults);
         self.exception = None;
         self.bkops_level = 0;
     }

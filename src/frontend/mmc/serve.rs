@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use super::backend::{EmmcMmcBackend, TIMER_EVENT};
 use super::device::MmcDevice;
-use crate::frontend::serve::{exact_timers, open_card, run_daemon, ServeArgs, ServedBackend};
+use crate::frontend::serve::{
+    exact_timers, load_fault_plan, open_card, run_daemon, ServeArgs, ServedBackend,
+};
 use crate::sim::command::{PackingArg, SchedulerArg};
 
 impl ServedBackend for EmmcMmcBackend {
@@ -58,7 +60,8 @@ pub fn serve_mmc(args: &ServeArgs) -> Result<(), String> {
         exact_timers();
     }
     let (card, model) = open_card(args)?;
-    let device = MmcDevice::new(card, &model);
+    let mut device = MmcDevice::new(card, &model);
+    device.set_fault_injector(load_fault_plan(args.fault_plan.as_deref())?);
     let c = device.config();
     log::info!(
         "model {}: virtio-mmc, caps {:#x}, {}..{} Hz, {} segments of {} bytes, \

@@ -1204,3 +1204,43 @@ fn in_real_time_queued_requests_start_when_the_one_before_ended() {
     assert!(seen[0].1 >= Duration::from_millis(10), "{seen:?}");
     assert!(seen[2].1 >= Duration::from_millis(20), "{seen:?}");
 }
+
+#[test]
+fn injected_faults_reach_the_guest_as_the_controller_reports_them() {
+    let mut rig = Rig::new(model(0), Pacing::Off);
+    rig.bring_up();
+    let plan = crate::fault::FaultPlan::from_toml_str(
+        "[[rule]]\ncommand = 18\nnth = 1\neffect = { kind = \"data_crc\" }\n\
+         [[rule]]\ncommand = 13\nnth = 1\neffect = { kind = \"cmd_timeout\" }\n",
+    )
+    .unwrap();
+    rig.backend.with_device(|d| {
+        d.set_fault_injector(Some(crate::fault::FaultInjector::new(plan).unwrap()))
+    });
+    let back = rig.alloc(4096);
+    let read = VirtioMmcReqHdr {
+        flags: REQ_F_SBC | REQ_F_DATA,
+        sbc: cmd(23, 8, RESP_R1),
+        blksz: 512,
+        blocks: 8,
+        ..hdr(cmd(18, 0, RESP_R1))
+    };
+    let at = rig.stage(read, &[(back, 4096)]);
+    rig.kick(REQUEST_QUEUE as u16);
+    rig.used(REQUEST_QUEUE);
+    let r: VirtioMmcResp = rig.get(at);
+    assert_eq!((r.data_error, r.bytes_xfered), (ERR_DATA_CRC, 0));
+    assert_ne!(r.int_status >> 16 & u32::from(error_int::DATA_CRC), 0);
+    // The CMD13 the plan corrupts goes unanswered; the card reports COM_CRC_ERROR next.
+    let at = rig.stage(hdr(cmd(13, 1 << 16, RESP_R1)), &[]);
+    rig.kick(REQUEST_QUEUE as u16);
+    rig.used(REQUEST_QUEUE);
+    let r: VirtioMmcResp = rig.get(at);
+    assert_eq!(r.cmd.error, ERR_CMD_TIMEOUT);
+    assert_ne!(rig.status() & r1::COM_CRC_ERROR, 0);
+    // A session restart keeps the plan (its rules fired already) and the device serves.
+    rig.backend.with_device(|d| {
+        d.restart();
+        assert_eq!(d.fault_injector_mut().map(|f| f.history().len()), Some(2));
+    });
+}

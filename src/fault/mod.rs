@@ -1,0 +1,14 @@
+//! Fault injection at the host/card boundary (issue 7): a [`FaultPlan`] (TOML, see
+//! `docs/faults.md`) turned into a [`FaultInjector`] that the SDHCI controller model
+//! consults for every command it puts on the bus. Bus-level effects appear as the
+//! controller reports them (interrupt status, `SdhciError`); card-level effects go through
+//! the card's own fault entry points (`card/fault.rs`).
+
+pub mod engine;
+pub mod plan;
+
+pub use engine::{CommandInfo, FaultInjector, Injection};
+pub use plan::{Commands, Direction, Effect, FaultPlan, PlanError, Range, Rule};
+
+#[cfg(test)]
+mod tests;
