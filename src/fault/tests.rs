@@ -653,3 +653,29 @@ fn power_loss_during_programming_lands_the_prefix_that_elapsed() {
         );
     }
 }
+
+/// After a power cut the card is back in idle with no RCA: every command of the next
+/// request goes unanswered. The driver re-initialises the card once (`mmc_blk_reset`) and
+/// the request then succeeds, as Linux's block driver recovers a card that was reset.
+#[test]
+fn after_a_power_loss_the_driver_resets_the_card_and_carries_on() {
+    let m = model("generic-emmc45");
+    let mut d = MmcBlk::probe(host(&m), quiet(&m)).unwrap();
+    d.submit(req(1, BlkOp::Write, 64, 8), d.now());
+    assert!(drain(&mut d)[0].result.is_ok());
+    let at = d.now() + MS;
+    d.host_mut()
+        .sdhci
+        .set_fault_injector(Some(injector(&format!(
+            "[[rule]]\neffect = {{ kind = \"power_loss\", at_ns = {at} }}\n"
+        ))));
+    crate::host::mmc::MmcHostOps::idle_until(d.host_mut(), at + MS);
+    d.submit(req(2, BlkOp::Write, 128, 8), d.now());
+    let done = drain(&mut d);
+    assert!(done[0].result.is_ok(), "{done:?}");
+    assert_eq!(d.stats().resets, 1, "one re-initialisation");
+    // The card works on without further resets.
+    d.submit(req(3, BlkOp::Read, 128, 8), d.now());
+    assert!(drain(&mut d)[0].result.is_ok());
+    assert_eq!(d.stats().resets, 1);
+}

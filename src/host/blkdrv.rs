@@ -269,6 +269,8 @@ pub struct BlkStats {
     pub reliable_writes: u64,
     pub retries: u64,
     pub failed: u64,
+    /// Card re-initialisations after it stopped answering (`mmc_blk_reset`).
+    pub resets: u64,
 }
 
 /// Card features the driver uses, decoded once from the EXT_CSD (`mmc_blk_alloc_req`).
@@ -400,6 +402,9 @@ pub struct MmcBlk<H: MmcHostOps, D: BlkData = NoData> {
     /// The prepared request already had its HPI.
     hpi_done_for_cur: bool,
     writes_since_read: u32,
+    /// The card was reset for an error and no request has succeeded since: a second
+    /// failure does not reset it again (Linux's `md->reset_done`).
+    reset_done: bool,
     stats: BlkStats,
     /// Write data: room for a 512-byte packed header followed by the data.
     wbuf: Vec<u8>,
@@ -476,6 +481,7 @@ impl<H: MmcHostOps, D: BlkData> MmcBlk<H, D> {
             any_since: None,
             hpi_done_for_cur: false,
             writes_since_read: 0,
+            reset_done: false,
             stats: BlkStats::default(),
             wbuf: vec![0; buf_len(max)],
             rbuf: vec![0; buf_len(max)],
@@ -617,6 +623,8 @@ impl<H: MmcHostOps, D: BlkData> MmcBlk<H, D> {
     }
 
     fn complete(&mut self, req: BlkRequest, at: Nanos) {
+        // `mmc_blk_reset_success`: the card works again; a later error may reset it.
+        self.reset_done = false;
         self.completions.push(BlkCompletion {
             req,
             at,
@@ -1258,14 +1266,20 @@ impl<H: MmcHostOps, D: BlkData> MmcBlk<H, D> {
         );
         log::debug!("mmcblk: request error {e}");
         // Get the card back to tran: a stop if it is still sending or receiving.
-        if let Ok(status) = mmc_send_status(&mut self.host) {
-            let state = r1_state(status);
-            if state == CardState::Data.number() || state == CardState::Rcv.number() {
-                let _ = super::mmc::mmc_wait_for_cmd(
-                    &mut self.host,
-                    MmcCommand::new(12, 0, ResponseType::R1b),
-                );
+        match mmc_send_status(&mut self.host) {
+            Ok(status) => {
+                let state = r1_state(status);
+                if state == CardState::Data.number() || state == CardState::Rcv.number() {
+                    let _ = super::mmc::mmc_wait_for_cmd(
+                        &mut self.host,
+                        MmcCommand::new(12, 0, ResponseType::R1b),
+                    );
+                }
             }
+            // The card does not answer CMD13 at all (it lost power, or its RCA):
+            // `mmc_blk_reset` re-initialises it once, then the request is retried.
+            Err(status_error) if !self.reset_done => self.reset_card(&status_error),
+            Err(_) => {}
         }
         self.host.wait_busy_until(None);
         let now = self.host.now();
@@ -1296,6 +1310,29 @@ impl<H: MmcHostOps, D: BlkData> MmcBlk<H, D> {
                 }
             }
             Work::Special(_) => {}
+        }
+    }
+
+    /// `mmc_blk_reset` → `mmc_hw_reset`: write the cache back if the card still takes
+    /// commands, then bring it up again from idle with the same capabilities. Data the
+    /// card had only in its volatile cache is lost if it had lost power, as on hardware.
+    fn reset_card(&mut self, why: &MmcError) {
+        log::warn!("mmcblk: the card does not answer ({why}); re-initialising it");
+        self.reset_done = true;
+        self.stats.resets += 1;
+        if self.f.cache {
+            let _ = mmc_switch(&mut self.host, &self.card, ext::FLUSH_CACHE, 1);
+        }
+        match mmc_init_card(&mut self.host, &self.cfg.caps) {
+            Ok(card) => {
+                let (f, limits, _) = Self::setup(&card, &self.cfg);
+                self.card = card;
+                self.f = f;
+                self.limits = limits;
+                self.bkops_checked = false;
+                self.urgent_bkops = false;
+            }
+            Err(e) => log::error!("mmcblk: re-initialising the card failed: {e}"),
         }
     }
 
