@@ -41,6 +41,8 @@ enum Commands {
     /// the default) or as an SD host controller carrying raw MMC requests (--transport mmc,
     /// docs/virtio-mmc.md).
     Serve(vhost_user_emmc::frontend::serve::ServeArgs),
+    /// Talk to a running daemon's control socket (`serve --control PATH`).
+    Control(vhost_user_emmc::frontend::control::ControlArgs),
     /// Run a workload against a card model in card time (no sleeping, no data) and report
     /// throughput, latency percentiles and the card's counters.
     Simulate(Box<vhost_user_emmc::sim::command::SimulateArgs>),
@@ -114,6 +116,7 @@ fn run(cli: Cli) -> Result<(), String> {
             Ok(())
         }
         Commands::Serve(args) => vhost_user_emmc::frontend::serve::serve(&args),
+        Commands::Control(args) => vhost_user_emmc::frontend::control::control(&args),
         Commands::Simulate(args) => {
             let output = vhost_user_emmc::sim::command::simulate(&args)?;
             if args.json {

@@ -21,14 +21,22 @@ struct Daemon {
 
 impl Daemon {
     fn start(model: &str) -> Daemon {
+        Daemon::start_with(model, &[])
+    }
+
+    /// With `extra` arguments; `@DIR@` in them stands for the daemon's directory.
+    fn start_with(model: &str, extra: &[&str]) -> Daemon {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("emmc.sock");
         let image = dir.path().join("card.img");
+        let dirname = dir.path().to_str().unwrap().to_string();
+        let extra: Vec<String> = extra.iter().map(|a| a.replace("@DIR@", &dirname)).collect();
         let child = Command::new(env!("CARGO_BIN_EXE_vhost-user-emmc"))
             .args(["serve", "--timing", "off", "--model", model, "--socket"])
             .arg(&socket)
             .arg("--image")
             .arg(&image)
+            .args(&extra)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -125,6 +133,18 @@ impl Session {
         unsafe { std::ptr::write_bytes(self.buf, byte, BLOCK) };
     }
 
+    fn flush(&mut self) -> i32 {
+        self.q.flush(0, ReqFlags::empty());
+        let mut c = [std::mem::MaybeUninit::<Completion>::uninit()];
+        let n = self
+            .q
+            .do_io(&mut c, 1, Some(&mut Duration::from_secs(10)), None)
+            .unwrap();
+        assert_eq!(n, 1, "no completion of the flush");
+        // SAFETY: do_io returned 1, so the first completion is initialised.
+        unsafe { c[0].assume_init_ref() }.ret
+    }
+
     fn first_byte(&self) -> u8 {
         // SAFETY: as above; the read has completed.
         unsafe { *self.buf }
@@ -198,4 +218,151 @@ fn sessions_follow_one_another_a_second_frontend_is_refused_and_data_reaches_the
         b[0]
     };
     assert_eq!((at(8), at(9)), (0xA5, 0x5A));
+}
+
+/// One request line to the control socket, its answer.
+fn control(path: &Path, line: &str) -> serde_json::Value {
+    use std::io::{BufRead, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(path).unwrap();
+    writeln!(s, "{line}").unwrap();
+    let mut answer = String::new();
+    std::io::BufReader::new(s).read_line(&mut answer).unwrap();
+    serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{answer:?}: {e}"))
+}
+
+/// `serve --control`: faults added and cleared, a power cut, statistics and hostile
+/// requests, all while a frontend is attached and served.
+#[test]
+fn the_control_socket_injects_faults_cuts_power_and_reports_statistics() {
+    let mut d = Daemon::start_with("generic-emmc45", &["--control", "@DIR@/control.sock"]);
+    let ctl = d.socket.with_file_name("control.sock");
+    let t0 = Instant::now();
+    while !ctl.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "no control socket");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mode = std::fs::metadata(&ctl).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "the control socket is owner-only");
+    let mut s = connect(&d.socket).unwrap();
+
+    // A flushed write, then one only in the card's volatile cache.
+    s.fill(0x11);
+    assert_eq!(s.io(true, 0), 0);
+    assert_eq!(s.flush(), 0);
+    s.fill(0x22);
+    assert_eq!(s.io(true, 8192), 0);
+    let st = control(&ctl, r#"{"cmd": "stats"}"#);
+    assert_eq!(st["ok"], true, "{st}");
+    assert!(
+        st["card"]["counters"]["sectors_written"].as_u64().unwrap() >= 8,
+        "{st}"
+    );
+    assert_eq!(st["transport"]["write_latency"]["count"], 2, "{st}");
+    assert!(st["transport"]["write_latency"]["p50_us"].as_f64().unwrap() > 0.0);
+
+    // Every read now fails its data CRC: the driver retries, then the guest gets EIO.
+    let added = control(
+        &ctl,
+        r#"{"cmd": "add_fault", "rule": {"direction": "read", "effect": {"kind": "data_crc"}}}"#,
+    );
+    assert_eq!(
+        (added["ok"].clone(), added["index"].clone()),
+        (true.into(), 0.into()),
+        "{added}"
+    );
+    assert!(
+        s.io(false, 0) < 0,
+        "an injected persistent error reaches the guest"
+    );
+    let f = control(&ctl, r#"{"cmd": "faults"}"#);
+    assert!(
+        f["rules"][0]["fired"].as_u64().unwrap() >= 2,
+        "retried: {f}"
+    );
+    assert_eq!(control(&ctl, r#"{"cmd": "clear_faults"}"#)["ok"], true);
+    assert_eq!(s.io(false, 0), 0, "served again once the rule is gone");
+    assert_eq!(s.first_byte(), 0x11);
+
+    // A power cut: what was flushed survives, what sat in the cache does not, and the
+    // host driver brings the card back up on its own.
+    let cut = control(&ctl, r#"{"cmd": "power_cut"}"#);
+    assert_eq!(cut["ok"], true, "{cut}");
+    assert_eq!(s.io(false, 8192), 0, "the driver re-initialised the card");
+    assert_eq!(
+        s.first_byte(),
+        0,
+        "the cached write was lost with the power"
+    );
+    assert_eq!(s.io(false, 0), 0);
+    assert_eq!(s.first_byte(), 0x11, "the flushed write survived");
+    let st = control(&ctl, r#"{"cmd": "stats"}"#);
+    assert_eq!(st["transport"]["driver"]["resets"], 1, "{st}");
+
+    // Hostile requests get an error answer and change nothing.
+    for bad in [
+        "not json",
+        r#"{"cmd": "format_the_disk"}"#,
+        r#"{"cmd": "add_fault", "rule": {"probability": 2.0, "effect": {"kind": "data_crc"}}}"#,
+        r#"{"cmd": "add_fault", "rule": {"effect": {"kind": "no_such_effect"}}}"#,
+        r#"{"cmd": "stats", "extra": 1}"#,
+    ] {
+        let a = control(&ctl, bad);
+        assert_eq!(a["ok"], false, "{bad} → {a}");
+        assert!(a["error"].as_str().is_some_and(|e| !e.is_empty()));
+    }
+    {
+        use std::io::{BufRead, Write};
+        let mut c = std::os::unix::net::UnixStream::connect(&ctl).unwrap();
+        let long = vec![b'x'; 100 * 1024];
+        let _ = c.write_all(&long);
+        let mut answer = String::new();
+        let _ = std::io::BufReader::new(c).read_line(&mut answer);
+        assert!(answer.contains("\"ok\":false"), "{answer}");
+    }
+    assert_eq!(
+        control(&ctl, r#"{"cmd": "faults"}"#)["rules"],
+        serde_json::json!([])
+    );
+
+    // The CLI: a rule written as TOML, and a refused request as a failed command.
+    let cli = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_vhost-user-emmc"))
+            .arg("control")
+            .arg("--socket")
+            .arg(&ctl)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = cli(&[
+        "add-fault",
+        "direction = \"write\"\neffect = { kind = \"data_crc\" }",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("\"index\": 0"),
+        "{out:?}"
+    );
+    s.fill(0x33);
+    assert!(s.io(true, 16_384) < 0, "the rule added from the CLI acts");
+    assert!(cli(&["clear-faults"]).status.success());
+    assert_eq!(s.io(true, 16_384), 0);
+    let refused = cli(&["raw", r#"{"cmd": "nope"}"#]);
+    assert!(
+        !refused.status.success(),
+        "a refused request fails the command"
+    );
+    let bad_rule = cli(&[
+        "add-fault",
+        "effect = { kind = \"data_crc\" }\nprobability = 7.0",
+    ]);
+    assert!(
+        !bad_rule.status.success(),
+        "an invalid rule is refused before sending"
+    );
+    assert_eq!(s.io(false, 0), 0, "the guest is still served");
+    drop(s);
+    let log = d.stop();
+    assert!(log.contains("control: sudden power loss"), "{log}");
+    assert!(!ctl.exists(), "the control socket is removed at exit");
 }

@@ -83,7 +83,7 @@ pub enum DataError {
 }
 
 /// Counters a test or a statistics page may want.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct CardStats {
     pub commands: u64,
     pub illegal_commands: u64,

@@ -2,6 +2,7 @@
 //! `mmc` carries raw MMC requests to the emulated SDHCI host (virtio-mmc).
 
 pub mod blk;
+pub mod control;
 pub mod mmc;
 pub mod pacing;
 pub mod serve;

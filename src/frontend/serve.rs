@@ -107,6 +107,10 @@ pub struct ServeArgs {
     /// once the card is served; a plan that fails validation stops the daemon.
     #[arg(long)]
     pub fault_plan: Option<PathBuf>,
+    /// Control socket (JSON lines, owner-only): add and clear faults, cut power, read
+    /// statistics while serving; `vhost-user-emmc control` talks to it.
+    #[arg(long)]
+    pub control: Option<PathBuf>,
 }
 
 /// Load and validate `--fault-plan` into an injector.
@@ -138,7 +142,11 @@ impl ServeArgs {
 
 /// What the shared daemon lifecycle needs from a transport's backend.
 pub trait ServedBackend:
-    VhostUserBackend<Bitmap = (), Vring = VringRwLock> + Send + Sync + 'static
+    VhostUserBackend<Bitmap = (), Vring = VringRwLock>
+    + super::control::Controlled
+    + Send
+    + Sync
+    + 'static
 {
     /// The pacing timer's fd, registered on every worker's epoll loop with
     /// [`ServedBackend::timer_event`].
@@ -269,12 +277,17 @@ pub fn exact_timers() {
 pub fn run_daemon<B: ServedBackend>(
     backend: Arc<B>,
     socket: &Path,
+    control: Option<&Path>,
     model_name: &str,
 ) -> Result<(), String> {
+    let control = control
+        .map(|p| super::control::ControlSocket::spawn(p, backend.clone()))
+        .transpose()?;
     let mut listener = bind_owner_only(socket)?;
     {
         let backend = backend.clone();
         let socket = socket.to_path_buf();
+        let control_path = control.as_ref().map(|c| c.path().to_path_buf());
         let mut signals = signal_hook::iterator::Signals::new([
             signal_hook::consts::SIGINT,
             signal_hook::consts::SIGTERM,
@@ -285,6 +298,9 @@ pub fn run_daemon<B: ServedBackend>(
                 log::info!("signal {sig}: writing the cache back and syncing the image");
                 backend.shutdown();
                 let _ = std::fs::remove_file(&socket);
+                if let Some(p) = &control_path {
+                    let _ = std::fs::remove_file(p);
+                }
                 std::process::exit(0);
             }
         });

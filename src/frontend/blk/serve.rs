@@ -6,8 +6,10 @@ use std::sync::Arc;
 
 use super::backend::{EmmcBlkBackend, TIMER_EVENT};
 use super::target::{CardTarget, DriverPolicy};
+use crate::frontend::control::{latency_json, pacing_json, Controlled};
 use crate::frontend::serve::{exact_timers, load_fault_plan, open_card, run_daemon, ServedBackend};
 pub use crate::frontend::serve::{ServeArgs, TimingArg};
+use crate::host::mmc::MmcHost;
 use crate::sim::trace::TraceWriter;
 
 impl ServedBackend for EmmcBlkBackend {
@@ -25,6 +27,27 @@ impl ServedBackend for EmmcBlkBackend {
 
     fn restart(&self) -> Result<(), String> {
         EmmcBlkBackend::restart(self).map_err(|e| e.to_string())
+    }
+}
+
+impl Controlled for EmmcBlkBackend {
+    fn with_host(&self, f: &mut dyn FnMut(&mut MmcHost)) {
+        self.with_target(|t| f(t.driver_mut().host_mut()));
+    }
+
+    fn transport_stats(&self) -> serde_json::Value {
+        let pacing = self.pacing_stats();
+        self.with_target(|t| {
+            let (reads, writes) = t.latencies();
+            serde_json::json!({
+                "transport": "blk",
+                "pacing": pacing_json(&pacing),
+                "read_latency": latency_json(reads),
+                "write_latency": latency_json(writes),
+                "driver": t.driver().stats(),
+                "in_flight": t.in_flight(),
+            })
+        })
     }
 }
 
@@ -62,5 +85,5 @@ pub fn serve_blk(args: &ServeArgs) -> Result<(), String> {
             .map_err(|e| format!("{}: {e}", path.display()))?;
         backend.set_trace(writer);
     }
-    run_daemon(backend, &args.socket, &model.name)
+    run_daemon(backend, &args.socket, args.control.as_deref(), &model.name)
 }

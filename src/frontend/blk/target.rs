@@ -28,6 +28,7 @@ use crate::host::mmc::{MmcError, MmcHost, MmcHostOps};
 use crate::host::packing::{BlkOp, BlkRequest, PackingMode};
 use crate::host::sdhci::SdhciConfig;
 use crate::model::DeviceModel;
+use crate::sim::histogram::Histogram;
 use crate::timing::Nanos;
 
 /// Scatter-gather limits advertised to the guest: at most 64 KiB per segment (an ADMA2
@@ -184,6 +185,9 @@ pub fn serial_from_cid(cid: &[u8; 16], ext_csd_rev: u8) -> [u8; VIRTIO_BLK_ID_BY
 /// The card behind the frontend, driven by the MMC block driver.
 pub struct CardTarget {
     drv: MmcBlk<MmcHost, GuestData>,
+    /// Modelled latency (arrival to completion, card time) of reads and of writes.
+    read_latency: Histogram,
+    write_latency: Histogram,
     caps: Capabilities,
     limits: Limits,
     serial: [u8; VIRTIO_BLK_ID_BYTES],
@@ -233,6 +237,8 @@ impl CardTarget {
                 max_range_sectors,
             },
             drv,
+            read_latency: Histogram::new(),
+            write_latency: Histogram::new(),
             caps,
             serial,
             next_id: 0,
@@ -268,6 +274,15 @@ impl CardTarget {
     /// The earliest arrival among the requests in the driver.
     pub fn oldest_arrival(&self) -> Option<Nanos> {
         self.drv.data().reqs.values().map(|f| f.arrival).min()
+    }
+
+    pub fn driver_mut(&mut self) -> &mut MmcBlk<MmcHost, GuestData> {
+        &mut self.drv
+    }
+
+    /// Modelled latencies of reads and of writes since the daemon started.
+    pub fn latencies(&self) -> (&Histogram, &Histogram) {
+        (&self.read_latency, &self.write_latency)
     }
 
     /// Card time now.
@@ -410,6 +425,11 @@ impl CardTarget {
         } else {
             0
         };
+        match f.req.kind {
+            RequestKind::Read => self.read_latency.record(at.saturating_sub(f.arrival)),
+            RequestKind::Write => self.write_latency.record(at.saturating_sub(f.arrival)),
+            _ => {}
+        }
         self.finished.push(Finished {
             head: f.head,
             status: f.status,

@@ -6,9 +6,11 @@ use std::sync::Arc;
 
 use super::backend::{EmmcMmcBackend, TIMER_EVENT};
 use super::device::MmcDevice;
+use crate::frontend::control::{pacing_json, Controlled};
 use crate::frontend::serve::{
     exact_timers, load_fault_plan, open_card, run_daemon, ServeArgs, ServedBackend,
 };
+use crate::host::mmc::MmcHost;
 use crate::sim::command::{PackingArg, SchedulerArg};
 
 impl ServedBackend for EmmcMmcBackend {
@@ -27,6 +29,19 @@ impl ServedBackend for EmmcMmcBackend {
     fn restart(&self) -> Result<(), String> {
         EmmcMmcBackend::restart(self);
         Ok(())
+    }
+}
+
+impl Controlled for EmmcMmcBackend {
+    fn with_host(&self, f: &mut dyn FnMut(&mut MmcHost)) {
+        self.with_device(|d| f(d.host_mut()));
+    }
+
+    fn transport_stats(&self) -> serde_json::Value {
+        serde_json::json!({
+            "transport": "mmc",
+            "pacing": pacing_json(&self.pacing_stats()),
+        })
     }
 }
 
@@ -80,5 +95,5 @@ pub fn serve_mmc(args: &ServeArgs) -> Result<(), String> {
         std::time::Duration::from_micros(args.spin_us),
         std::time::Duration::from_micros(args.spin_max_us),
     );
-    run_daemon(backend, &args.socket, &model.name)
+    run_daemon(backend, &args.socket, args.control.as_deref(), &model.name)
 }
