@@ -37,6 +37,10 @@ if [[ $guest == 1 ]]; then
     # A model whose small writes take milliseconds: the guest must see at least that.
     echo "== guest boot-and-fio: toshiba-mmc32g (latency floor from the model)"
     guest-tests/run-guest-test.sh --quiet --no-build --model toshiba-mmc32g
+    # Faults through the control socket while fio runs: EIO in the guest, a power cut
+    # the host driver recovers from, the durable data intact.
+    echo "== guest boot-and-fio: injected faults and a power cut (generic-emmc45)"
+    guest-tests/run-guest-test.sh --quiet --no-build --jobs faults
 fi
 
 echo "== guest-tests/test_parse_fio.py"

@@ -64,6 +64,7 @@ cd /tmp || fail "no /tmp"
 for job in $(echo "$GT_JOBS" | tr ',' ' '); do
     [ -f "/jobs/$job.fio" ] || fail "no job file /jobs/$job.fio"
     say "fio $job.fio (t=$(cut -d' ' -f1 /proc/uptime) s)"
+    echo "@@GT-JOB-START $job@@" >&3
     fio --eta=never --output-format=json --output="/tmp/$job.json" "/jobs/$job.fio" \
         2>"/tmp/$job.err" &
     fio_pid=$!

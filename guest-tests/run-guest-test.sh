@@ -35,8 +35,12 @@ Options (environment variable in brackets):
                               qemu-storage-daemon on a raw file [GUEST_BACKEND]
   --model M                   device model for the emmc backend
                               (default generic-emmc45) [GUEST_MODEL]
-  --jobs quick|full           fio job set: quick (CI, about 1 min of fio) or
-                              full (larger, adds queue depth 8) [GUEST_JOBS]
+  --jobs quick|full|faults    fio job set: quick (CI, about 1 min of fio),
+                              full (larger, adds queue depth 8), or faults
+                              (data CRC errors and a power cut injected through
+                              the daemon's control socket while fio runs; fio
+                              must report EIO and the durable data survive)
+                              [GUEST_JOBS]
   --expect-min-write-lat-us N fail if any fio write completes faster than N us
                               (derive N from the model; 0 = no check)
                               [GUEST_EXPECT_MIN_WRITE_LAT_US]
@@ -145,7 +149,14 @@ full)
         [GT_RANDRW_SPAN]=256m [GT_SEQ_SIZE]=256m [GT_RUNTIME]=20)
     : "${TIMEOUT:=600}"
     ;;
-*) die "--jobs must be quick or full, not '$JOBSET'" ;;
+faults)
+    # Injected faults and a power cut while fio runs (see fault_driver below).
+    GT=([GT_JOBS]="faults-prep,faults-io,faults-verify" [GT_FAULT_OFFSET]=512m
+        [GT_FAULT_SIZE]=16m [GT_SCRATCH_OFFSET]=640m [GT_SCRATCH_SIZE]=64m [GT_RUNTIME]=8)
+    : "${TIMEOUT:=200}"
+    [[ $BACKEND == emmc ]] || die "--jobs faults needs the emmc backend (its control socket)"
+    ;;
+*) die "--jobs must be quick, full or faults, not '$JOBSET'" ;;
 esac
 for kv in "${FIO_VARS[@]}"; do
     [[ $kv =~ ^(GT_[A-Z0-9_]+)=([A-Za-z0-9_,.:/+-]+)$ ]] ||
@@ -160,7 +171,7 @@ done
 
 case $BACKEND in
 emmc)
-    : "${BACKEND_CMD:=@BIN@ serve --socket @SOCK@ --model @MODEL@ --image @IMAGE@ --timing realtime --trace @TRACE@}"
+    : "${BACKEND_CMD:=@BIN@ serve --socket @SOCK@ --model @MODEL@ --image @IMAGE@ --timing realtime --trace @TRACE@ --control @CONTROL@}"
     : "${IMAGE_CMD:=@BIN@ image create --model @MODEL@ @IMAGE@}"
     ;;
 qsd)
@@ -389,6 +400,7 @@ remove_image() {
 cleanup() {
     local rc=$?
     trap - EXIT INT TERM
+    [[ -z ${FAULT_PID:-} ]] || kill "$FAULT_PID" 2>/dev/null || true
     stop_pid "$QEMU_PID"
     stop_pid "$BACKEND_PID"
     if [[ -n $WORK && -d $WORK ]]; then
@@ -418,7 +430,65 @@ expand_template() {
     t=${t//@BIN@/$(printf '%q' "$BIN")}
     t=${t//@SIZE@/$(printf '%q' "$IMAGE_SIZE")}
     t=${t//@TRACE@/$(printf '%q' "$TRACE")}
+    t=${t//@CONTROL@/$(printf '%q' "$CONTROL")}
     printf '%s' "$t"
+}
+
+# ---------------------------------------------------------------- faults
+# The fault set's host side: once the guest starts faults-io, make every read of the
+# first half of the durable region fail its data CRC for 3 s, then clear that and cut
+# the card's power, all through the daemon's control socket while fio runs.
+control() { "$BIN" control --socket "$CONTROL" "$@"; }
+fault_driver() {
+    local i start end
+    exec >>"$WORK/control.log" 2>&1
+    for ((i = 0; i < TIMEOUT * 10; i++)); do
+        grep -q '^@@GT-JOB-START faults-io@@' "$DATA" 2>/dev/null && break
+        sleep 0.1
+    done
+    grep -q '^@@GT-JOB-START faults-io@@' "$DATA" 2>/dev/null || {
+        echo "the guest never started faults-io"
+        return 1
+    }
+    start=$(($(size_bytes "${GT[GT_FAULT_OFFSET]}") / 512))
+    end=$((start + $(size_bytes "${GT[GT_FAULT_SIZE]}") / 1024))
+    sleep 2
+    echo "reads of sectors $start..$end fail their data CRC"
+    control add-fault "name = \"guest test\"
+direction = \"read\"
+lba = { start = $start, end = $end }
+effect = { kind = \"data_crc\" }" || return 1
+    sleep 3
+    control faults || return 1
+    control clear-faults || return 1
+    echo "power cut"
+    control power-cut || return 1
+    # The session's statistics, while it lasts (a new session starts them afresh).
+    sleep 2
+    control stats >"$WORK/stats.json" || return 1
+}
+# A size with an optional k/m/g suffix, in bytes.
+size_bytes() {
+    local v=$1
+    case $v in
+    *k) echo $((${v%k} * 1024)) ;;
+    *m) echo $((${v%m} * 1024 * 1024)) ;;
+    *g) echo $((${v%g} * 1024 * 1024 * 1024)) ;;
+    *) echo "$v" ;;
+    esac
+}
+# After the run: the daemon counted the injections and reset the card after the cut.
+check_fault_stats() {
+    python3 - "$WORK/stats.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+injected = s["faults"]["injections_total"]
+resets = s["transport"]["driver"]["resets"]
+retries = s["transport"]["driver"]["retries"]
+print(f"control: daemon stats: {injected} injected data CRC errors, {retries} retries, "
+      f"{resets} card resets after the power cut")
+sys.exit(0 if injected > 0 and resets >= 1 else 1)
+PY
 }
 
 # ---------------------------------------------------------------- main
@@ -452,6 +522,8 @@ WORK=$(mktemp -d "$CACHE/runs/run.XXXXXX")
 # The daemon's request trace: each request's modelled latency, the floor for fio's.
 TRACE=$WORK/serve.trace
 SOCK=$WORK/vhost.sock
+# The daemon's control socket (faults, power cuts, statistics).
+CONTROL=$WORK/control.sock
 IMAGE=$WORK/disk.img
 CONSOLE=$WORK/console.log
 DATA=$WORK/data.log
@@ -504,6 +576,11 @@ if [[ $QUIET == 0 ]]; then
 fi
 
 failures=()
+FAULT_PID=
+if [[ $JOBSET == faults ]]; then
+    fault_driver &
+    FAULT_PID=$!
+fi
 boot_start=$SECONDS
 backend_gone_at=
 while alive "$QEMU_PID"; do
@@ -539,6 +616,18 @@ if [[ $qemu_rc != 0 && ${#failures[@]} == 0 ]]; then
     sed 's/^/qemu: /' "$WORK/qemu.log" >&2
 fi
 
+if [[ -n $FAULT_PID ]]; then
+    fault_rc=0
+    wait "$FAULT_PID" 2>/dev/null || fault_rc=$?
+    FAULT_PID=
+    sed 's/^/control: /' "$WORK/control.log"
+    if [[ $fault_rc != 0 ]]; then
+        failures+=("the fault driver could not inject its faults (control.log above)")
+    else
+        check_fault_stats || failures+=("the daemon's statistics do not show the faults")
+    fi
+fi
+
 # The backend: alive is fine (we stop it now); exited is fine only if the guest
 # got to the end and the backend's status was 0.
 reached_end=0
@@ -567,6 +656,7 @@ fi
 echo
 log "fio results ($BACKEND backend, model $MODEL, set $JOBSET)"
 parse=(python3 "$HERE/parse-fio.py" "$DATA" --jobs "${GT[GT_JOBS]}"
+    --expect-errors "$([[ $JOBSET == faults ]] && echo faults-io)"
     --expect-min-write-lat-us "$EXPECT_WRITE_US" --expect-min-read-lat-us "$EXPECT_READ_US"
     --summary-json "${SUMMARY_JSON:-$WORK/summary.json}")
 [[ -s $TRACE ]] && parse+=(--model-trace "$TRACE")

@@ -14,13 +14,14 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def fio_doc(write_clat_min_ns, error=0):
+def fio_doc(write_clat_min_ns, error=0, total_err=0, first_error=0):
     clat = {"N": 10, "min": write_clat_min_ns, "max": write_clat_min_ns * 3,
             "mean": write_clat_min_ns * 2,
             "percentile": {"50.000000": write_clat_min_ns * 2,
                            "99.000000": write_clat_min_ns * 3}}
     return {"jobs": [{
-        "jobname": "w", "error": error, "total_err": 0, "job options": {},
+        "jobname": "w", "error": error, "total_err": total_err, "first_error": first_error,
+        "job options": {},
         "write": {"total_ios": 10, "io_bytes": 40960, "iops": 100.0, "bw": 400,
                   "clat_ns": clat},
         "read": {"total_ios": 0},
@@ -83,6 +84,29 @@ class ParseFio(unittest.TestCase):
         self.assertIn("fio error 5", out)
         rc, out = self.run_parse(data_log(
             fio_doc(250_000), dmesg=("blk_update_request: I/O error, dev vda, sector 8",)))
+        self.assertEqual(rc, 1, out)
+
+    def test_injected_io_errors_must_show_and_be_eio(self):
+        io_error = ("blk_update_request: I/O error, dev vda, sector 8",)
+        expect = ("--expect-errors", "randrw")
+        # Errors where faults were injected, and the kernel saying so: a pass.
+        rc, out = self.run_parse(
+            data_log(fio_doc(250_000, total_err=12, first_error=5), dmesg=io_error),
+            extra=expect)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("12 I/O errors reported", out)
+        # Faults injected but fio saw none: the faults never reached the guest.
+        rc, out = self.run_parse(data_log(fio_doc(250_000)), extra=expect)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("no I/O errors although faults were injected", out)
+        # Only EIO was injected: another error is a failure.
+        rc, out = self.run_parse(
+            data_log(fio_doc(250_000, total_err=3, first_error=84)), extra=expect)
+        self.assertEqual(rc, 1, out)
+        # A kernel oops is never excused.
+        rc, out = self.run_parse(
+            data_log(fio_doc(250_000, total_err=3, first_error=5),
+                     dmesg=("BUG: unable to handle page fault",)), extra=expect)
         self.assertEqual(rc, 1, out)
 
     def test_a_guest_that_never_finished_fails(self):
