@@ -8,6 +8,7 @@ pub mod device;
 pub mod engine;
 pub mod flashbench;
 pub mod histogram;
+pub mod powercut;
 pub mod procs;
 pub mod report;
 pub mod trace;
