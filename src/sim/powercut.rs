@@ -43,6 +43,9 @@ const CMD23_FORCED_PROGRAMMING: u32 = packed::CMD23_FORCED_PROGRAMMING;
 
 /// Version 0: the sector was never written (reads as zeros).
 const NEVER_WRITTEN: u64 = 0;
+/// The sector was found corrupt at an earlier cut (and reported then): neither the garbage
+/// nor whatever version replaces it is reported again.
+const FOUND_CORRUPT: u64 = u64::MAX;
 /// A version is `op id * VERSIONS_PER_OP + entry index`.
 const VERSIONS_PER_OP: u64 = 64;
 /// Packed entries per packed write, at most.
@@ -423,6 +426,8 @@ impl Expectation {
             found.push(f);
             let in_guard = lba < guard.0 || lba >= guard.1;
             let (version, tagged_lba) = match f {
+                // Reported when first found; still the old content until a write lands.
+                Found::Garbage if self.durable[i] == FOUND_CORRUPT => continue,
                 Found::Garbage => {
                     out.push(Violation {
                         kind: ViolationKind::Corrupt,
@@ -456,7 +461,7 @@ impl Expectation {
                 continue;
             }
             let durable = self.durable[i];
-            if version == durable || self.maybe[i].contains(&version) {
+            if version == durable || self.maybe[i].contains(&version) || durable == FOUND_CORRUPT {
                 continue;
             }
             if version < durable {
@@ -511,8 +516,7 @@ impl Expectation {
         for (i, f) in found.into_iter().enumerate() {
             self.durable[i] = match f {
                 Found::Version { version, .. } => version,
-                // Keep comparing against what should have been there.
-                Found::Garbage => self.durable[i],
+                Found::Garbage => FOUND_CORRUPT,
             };
             self.maybe[i].clear();
         }
@@ -1188,5 +1192,167 @@ fn in_flight(expect: &mut Expectation, op: &Op, id: u64, caps: &Caps) -> bool {
         }
         // A flush or cache switch not acknowledged promises nothing new.
         Op::Flush | Op::CacheCtrl(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FIRST: u64 = 100;
+
+    /// The window's medium with `versions[i]` in sector `FIRST + i` (0 = zeros).
+    fn medium(versions: &[u64]) -> Vec<u8> {
+        let mut data = vec![0u8; versions.len() * 512];
+        for (i, &v) in versions.iter().enumerate() {
+            if v != NEVER_WRITTEN {
+                tag_sector(v, FIRST + i as u64, &mut data[i * 512..(i + 1) * 512]);
+            }
+        }
+        data
+    }
+
+    fn check(e: &mut Expectation, versions: &[u64]) -> Findings {
+        let mut f = Findings::default();
+        let n = versions.len() as u64;
+        e.check(1, &medium(versions), (FIRST, FIRST + n), &mut f);
+        f
+    }
+
+    #[test]
+    fn tags_round_trip_and_any_flipped_byte_is_garbage() {
+        let mut s = [0u8; 512];
+        tag_sector(77, 5, &mut s);
+        assert_eq!(
+            decode_sector(&s),
+            Found::Version {
+                version: 77,
+                lba: 5
+            }
+        );
+        for at in [0, 9, 17, 24, 300, 511] {
+            let mut t = s;
+            t[at] ^= 1;
+            assert_ne!(
+                decode_sector(&t),
+                Found::Version {
+                    version: 77,
+                    lba: 5
+                },
+                "byte {at}"
+            );
+        }
+        assert_eq!(
+            decode_sector(&[0u8; 512]),
+            Found::Version {
+                version: NEVER_WRITTEN,
+                lba: u64::MAX
+            }
+        );
+    }
+
+    #[test]
+    fn cached_writes_may_be_lost_durable_ones_may_not() {
+        let mut e = Expectation::new(FIRST, 4);
+        e.durable_write(64, FIRST, 2);
+        e.volatile_write(128, FIRST + 1, 2);
+        // Cached data lost everywhere, or landed: both fine.
+        assert_eq!(check(&mut e, &[64, 64, 0, 0]).counts.total(), 0);
+        let mut e = Expectation::new(FIRST, 4);
+        e.durable_write(64, FIRST, 2);
+        e.volatile_write(128, FIRST + 1, 2);
+        assert_eq!(check(&mut e, &[64, 128, 128, 0]).counts.total(), 0);
+        // The durable write missing.
+        let mut e = Expectation::new(FIRST, 4);
+        e.durable_write(64, FIRST, 2);
+        let f = check(&mut e, &[64, 0, 0, 0]);
+        assert_eq!(f.counts.durable_lost, 1);
+        assert_eq!(f.first[0].op, 1);
+        assert_eq!(f.first[0].lba, FIRST + 1);
+    }
+
+    #[test]
+    fn a_flush_makes_cached_writes_durable_and_older_versions_cannot_come_back() {
+        let mut e = Expectation::new(FIRST, 2);
+        e.volatile_write(64, FIRST, 2);
+        e.volatile_write(128, FIRST, 1);
+        e.flushed();
+        let f = check(&mut e, &[64, 64]);
+        assert_eq!(
+            f.counts.durable_lost, 1,
+            "sector 0 must hold the newest version"
+        );
+        // A reliable write after a cached one: the cached copy must not resurface.
+        let mut e = Expectation::new(FIRST, 1);
+        e.volatile_write(64, FIRST, 1);
+        e.durable_write(128, FIRST, 1);
+        assert_eq!(check(&mut e, &[64]).counts.durable_lost, 1);
+    }
+
+    #[test]
+    fn enhanced_reliable_write_in_flight_must_land_a_prefix() {
+        let w = InFlightReliable {
+            version: 192,
+            lba: FIRST,
+            count: 4,
+            granule: 1,
+        };
+        for (medium, torn) in [
+            ([0, 0, 0, 0], false),
+            ([192, 192, 0, 0], false),
+            ([192, 192, 192, 192], false),
+            ([0, 192, 192, 0], true),
+            ([192, 0, 192, 0], true),
+        ] {
+            let mut e = Expectation::new(FIRST, 4);
+            e.reliable_in_flight(w);
+            let f = check(&mut e, &medium);
+            assert_eq!(f.counts.torn_reliable, u64::from(torn), "{medium:?}");
+            assert_eq!(f.counts.total(), u64::from(torn), "{medium:?}");
+        }
+    }
+
+    #[test]
+    fn legacy_reliable_write_in_flight_is_all_or_nothing() {
+        let w = InFlightReliable {
+            version: 192,
+            lba: FIRST,
+            count: 4,
+            granule: 4,
+        };
+        for (medium, torn) in [
+            ([0, 0, 0, 0], false),
+            ([192, 192, 192, 192], false),
+            ([192, 192, 192, 0], true),
+        ] {
+            let mut e = Expectation::new(FIRST, 4);
+            e.reliable_in_flight(w);
+            assert_eq!(check(&mut e, &medium).counts.torn_reliable, u64::from(torn));
+        }
+    }
+
+    #[test]
+    fn guard_sectors_and_misplaced_data_are_outside_the_written_set() {
+        let mut e = Expectation::new(FIRST, 3);
+        let mut f = Findings::default();
+        let mut data = medium(&[64, 0, 0]);
+        // Sector 2 holds the data written for sector 1.
+        tag_sector(64, FIRST + 1, &mut data[1024..1536]);
+        e.volatile_write(64, FIRST + 1, 1);
+        // Sector 0 is a guard sector: the window is sectors 1..3.
+        e.check(1, &data, (FIRST + 1, FIRST + 3), &mut f);
+        assert_eq!(f.counts.outside_written, 2, "{:?}", f.first);
+        // A version never written to the sector.
+        let mut e = Expectation::new(FIRST, 1);
+        assert_eq!(check(&mut e, &[640]).counts.outside_written, 1);
+    }
+
+    #[test]
+    fn what_was_found_is_the_baseline_of_the_next_round() {
+        let mut e = Expectation::new(FIRST, 1);
+        e.volatile_write(64, FIRST, 1);
+        assert_eq!(check(&mut e, &[64]).counts.total(), 0);
+        // 64 landed, so losing it now is losing durable data.
+        assert_eq!(check(&mut e, &[0]).counts.durable_lost, 1);
     }
 }
