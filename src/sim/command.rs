@@ -241,6 +241,10 @@ pub struct SimulateArgs {
     /// REL_WR_SEC_C as the model says) instead of what it declares.
     #[arg(long)]
     pub legacy_reliable: bool,
+    /// power-cut: the host loses power with the card — store writes the card did not
+    /// sync (fdatasync) are dropped at every cut.
+    #[arg(long)]
+    pub lose_unsynced: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -487,6 +491,7 @@ pub fn simulate(args: &SimulateArgs) -> Result<Output, String> {
             store: args.cut_store,
             reopen_every: args.reopen_every,
             image: args.image.clone(),
+            lose_unsynced: args.lose_unsynced,
             ..PowerCutConfig::new(args.cuts, args.seed)
         };
         return super::powercut::run(&config, &model)

@@ -83,6 +83,9 @@ pub struct PowerCutConfig {
     pub image: Option<PathBuf>,
     /// Most complete operations between two cuts.
     pub max_ops_per_cut: u64,
+    /// The host loses power with the card: store writes the card did not `sync()` are
+    /// dropped at every cut, as the host's page cache would be.
+    pub lose_unsynced: bool,
 }
 
 impl PowerCutConfig {
@@ -94,6 +97,7 @@ impl PowerCutConfig {
             reopen_every: 1,
             image: None,
             max_ops_per_cut: 24,
+            lose_unsynced: false,
         }
     }
 }
@@ -179,6 +183,7 @@ pub struct PowerCutReport {
     pub seed: u64,
     pub store: CutStore,
     pub reopen_every: u64,
+    pub lose_unsynced: bool,
     pub reliable_mode: &'static str,
     pub cuts: u64,
     /// Cuts that came while the card was busy (programming, flushing, switching).
@@ -211,8 +216,17 @@ impl PowerCutReport {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "power-cut: model {}, seed {}, {:?} store (reopened {} times), {} reliable write",
-            self.model, self.seed, self.store, self.reopens, self.reliable_mode
+            "power-cut: model {}, seed {}, {:?} store (reopened {} times){}, {} reliable write",
+            self.model,
+            self.seed,
+            self.store,
+            self.reopens,
+            if self.lose_unsynced {
+                ", unsynced store writes lost at each cut"
+            } else {
+                ""
+            },
+            self.reliable_mode
         );
         let _ = writeln!(
             s,
@@ -547,15 +561,25 @@ impl Findings {
 /// Store writes that fell outside the working window (absolute image byte ranges).
 pub type StrayWrites = Arc<Mutex<Vec<(u64, u64)>>>;
 
+/// Data written to the store but not yet made durable by `sync()`: what a host crash or
+/// power loss would take with the host's page cache. Sector-addressed (absolute image
+/// sectors).
+pub type Unsynced = Arc<Mutex<std::collections::BTreeMap<u64, Box<[u8]>>>>;
+
 /// Passes everything to the store and records data writes outside `[lo, hi)`: the
 /// workload writes only inside its window, so any such write changed a sector outside the
 /// written set. Reading the rest of a multi-GiB user area after every cut would be too slow;
 /// this catches the same thing where it happens.
+///
+/// With `unsynced`, it also plays the host's page cache: data writes stay there until the
+/// card calls `sync()` (fdatasync on an image), and the run drops them at every cut, as a
+/// power loss of the whole host would.
 struct WatchedStore {
     inner: Box<dyn Store + Send>,
     lo: u64,
     hi: u64,
     stray: StrayWrites,
+    unsynced: Option<Unsynced>,
 }
 
 impl WatchedStore {
@@ -571,17 +595,56 @@ impl Store for WatchedStore {
         self.inner.layout()
     }
     fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
-        self.inner.read_at(offset, buf)
+        self.inner.read_at(offset, buf)?;
+        if let Some(unsynced) = &self.unsynced {
+            let pending = unsynced.lock().expect("not poisoned");
+            if offset % 512 == 0 && !pending.is_empty() {
+                let first = offset / 512;
+                for (&sector, data) in pending.range(first..first + (buf.len() / 512) as u64) {
+                    let at = ((sector - first) * 512) as usize;
+                    buf[at..at + 512].copy_from_slice(data);
+                }
+            }
+        }
+        Ok(())
     }
     fn write_at(&mut self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
         self.note(offset, buf.len() as u64);
-        self.inner.write_at(offset, buf)
+        match &self.unsynced {
+            Some(unsynced) if offset % 512 == 0 && buf.len() % 512 == 0 => {
+                crate::store::check_bounds(offset, buf.len() as u64, self.layout().total_bytes())?;
+                let mut pending = unsynced.lock().expect("not poisoned");
+                for (i, sector) in buf.chunks_exact(512).enumerate() {
+                    pending.insert(offset / 512 + i as u64, sector.into());
+                }
+                Ok(())
+            }
+            _ => self.inner.write_at(offset, buf),
+        }
     }
     fn fill(&mut self, offset: u64, len: u64, byte: u8) -> Result<(), StoreError> {
         self.note(offset, len);
+        if let Some(unsynced) = &self.unsynced {
+            // Treated as durable at once (the workload does not erase).
+            let mut pending = unsynced.lock().expect("not poisoned");
+            let first = offset / 512;
+            let keys: Vec<u64> = pending
+                .range(first..(offset + len).div_ceil(512))
+                .map(|(&k, _)| k)
+                .collect();
+            for k in keys {
+                pending.remove(&k);
+            }
+        }
         self.inner.fill(offset, len, byte)
     }
     fn sync(&mut self) -> Result<(), StoreError> {
+        if let Some(unsynced) = &self.unsynced {
+            let pending = std::mem::take(&mut *unsynced.lock().expect("not poisoned"));
+            for (sector, data) in pending {
+                self.inner.write_at(sector * 512, &data)?;
+            }
+        }
         self.inner.sync()
     }
     fn load_card_state(&self) -> Option<toml::Table> {
@@ -899,6 +962,7 @@ pub fn run_wrapped(
     };
     let sector_addr = model.sector_addressing();
     let stray: StrayWrites = Arc::default();
+    let unsynced: Option<Unsynced> = config.lose_unsynced.then(Arc::default);
     let lo = layout.user_offset() + WINDOW_BASE * 512;
     let hi = lo + WINDOW_SPAN * 512;
     let mut open_store = |store: Box<dyn Store + Send>| -> Box<dyn Store + Send> {
@@ -907,6 +971,7 @@ pub fn run_wrapped(
             lo,
             hi,
             stray: stray.clone(),
+            unsynced: unsynced.clone(),
         })
     };
 
@@ -955,6 +1020,7 @@ pub fn run_wrapped(
         seed: config.seed,
         store: config.store,
         reopen_every: config.reopen_every,
+        lose_unsynced: config.lose_unsynced,
         reliable_mode: if caps.enhanced { "enhanced" } else { "legacy" },
         cuts: 0,
         cuts_while_busy: 0,
@@ -1039,6 +1105,10 @@ pub fn run_wrapped(
         }
         report.cuts += 1;
         host.mmc_power_off();
+        if let Some(unsynced) = &unsynced {
+            // The host loses power too: what the card never synced is gone.
+            unsynced.lock().expect("not poisoned").clear();
+        }
         let mut card = host.into_card();
         report.card_seconds = card.now() as f64 / 1e9;
 
