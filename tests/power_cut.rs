@@ -226,3 +226,20 @@ fn a_reliable_write_landing_without_its_first_sector_is_torn() {
         assert!(r.violations.torn_reliable > 0, "{}", r.to_text());
     }
 }
+
+#[test]
+fn durable_writes_survive_the_host_losing_its_page_cache_too() {
+    // Store writes the card never synced are dropped at every cut.
+    for model in [
+        DeviceModel::load("generic-emmc45").unwrap(),
+        DeviceModel::load("sandisk-emmc45").unwrap(),
+    ] {
+        let config = PowerCutConfig {
+            lose_unsynced: true,
+            ..mem_config(100, 31)
+        };
+        let r = run(&config, &model).unwrap();
+        assert_clean(&r);
+        assert!(r.lose_unsynced);
+    }
+}
