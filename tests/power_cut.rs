@@ -243,3 +243,20 @@ fn durable_writes_survive_the_host_losing_its_page_cache_too() {
         assert!(r.lose_unsynced);
     }
 }
+
+#[test]
+fn writes_stopped_by_hpi_hold_exactly_the_sectors_the_card_reports() {
+    // CORRECTLY_PRG_SECTORS_NUM sectors must be written (durable as the write's mode
+    // says), the rest must keep their old data.
+    for model in [DeviceModel::load("generic-emmc45").unwrap(), legacy_model()] {
+        let config = PowerCutConfig {
+            hpi_percent: 30,
+            lose_unsynced: true,
+            ..mem_config(150, 41)
+        };
+        let r = run(&config, &model).unwrap();
+        assert_clean(&r);
+        assert!(r.ops.hpi_interrupts > 50, "{}", r.to_text());
+        assert!(r.ops.hpi_sectors_programmed > 0, "{}", r.to_text());
+    }
+}

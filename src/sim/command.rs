@@ -245,6 +245,10 @@ pub struct SimulateArgs {
     /// sync (fdatasync) are dropped at every cut.
     #[arg(long)]
     pub lose_unsynced: bool,
+    /// power-cut: percent of single writes interrupted by HPI while programming (the
+    /// sectors CORRECTLY_PRG_SECTORS_NUM reports must be written, the rest untouched).
+    #[arg(long, default_value_t = 0)]
+    pub hpi_percent: u64,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -492,6 +496,7 @@ pub fn simulate(args: &SimulateArgs) -> Result<Output, String> {
             reopen_every: args.reopen_every,
             image: args.image.clone(),
             lose_unsynced: args.lose_unsynced,
+            hpi_percent: args.hpi_percent.min(100),
             ..PowerCutConfig::new(args.cuts, args.seed)
         };
         return super::powercut::run(&config, &model)

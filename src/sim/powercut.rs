@@ -86,6 +86,9 @@ pub struct PowerCutConfig {
     /// The host loses power with the card: store writes the card did not `sync()` are
     /// dropped at every cut, as the host's page cache would be.
     pub lose_unsynced: bool,
+    /// Percent of the complete single writes interrupted by HPI at a seeded instant of
+    /// their programming (0: none, and the seeded sequence is that of a run without HPI).
+    pub hpi_percent: u64,
 }
 
 impl PowerCutConfig {
@@ -98,6 +101,7 @@ impl PowerCutConfig {
             image: None,
             max_ops_per_cut: 24,
             lose_unsynced: false,
+            hpi_percent: 0,
         }
     }
 }
@@ -175,6 +179,10 @@ pub struct OpCounts {
     pub cache_switches: u64,
     /// Legacy reliable writes that break the REL_WR_SEC_C rule, refused as they must be.
     pub refused_as_expected: u64,
+    /// Writes interrupted by HPI while programming, and the sectors CORRECTLY_PRG_SECTORS_NUM
+    /// reported for them.
+    pub hpi_interrupts: u64,
+    pub hpi_sectors_programmed: u64,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -236,7 +244,7 @@ impl PowerCutReport {
         let o = &self.ops;
         let _ = writeln!(
             s,
-            "  writes {} (reliable {}, forced {}), packed {} ({} reliable entries), flushes {}, cache switches {}, refused as expected {}",
+            "  writes {} (reliable {}, forced {}), packed {} ({} reliable entries), flushes {}, cache switches {}, refused as expected {}, HPI {} ({} sectors programmed)",
             o.writes,
             o.reliable_writes,
             o.forced_writes,
@@ -244,7 +252,9 @@ impl PowerCutReport {
             o.packed_reliable_entries,
             o.flushes,
             o.cache_switches,
-            o.refused_as_expected
+            o.refused_as_expected,
+            o.hpi_interrupts,
+            o.hpi_sectors_programmed
         );
         let v = &self.violations;
         let _ = writeln!(
@@ -902,6 +912,48 @@ fn start_op(host: &mut MmcHost, op: &Op, id: u64, sector_addr: bool) -> Result<(
     }
 }
 
+/// HPI during programming, as Linux's `mmc_interrupt_hpi`: CMD13 first (no HPI outside
+/// prg), then CMD12 or CMD13 with the HPI bit, wait for busy, check the status, and read
+/// CORRECTLY_PRG_SECTORS_NUM. `None` when the card had finished programming already (the
+/// write is then complete and acknowledged by the status that follows).
+fn interrupt_write(host: &mut MmcHost, hpi_cmd12: bool) -> Result<Option<u64>, MmcError> {
+    let status = host.mmc_send_status()?;
+    if crate::host::mmc::r1_state(status) != crate::card::CardState::Prg.number() {
+        host.mmc_wait_busy();
+        return Ok(None);
+    }
+    let arg = u32::from(crate::host::mmc::MMC_RCA) << 16 | 1;
+    let cmd = if hpi_cmd12 {
+        MmcCommand::new(12, arg, ResponseType::R1b)
+    } else {
+        MmcCommand::new(13, arg, ResponseType::R1)
+    };
+    let done = host.start_request(MmcRequest::command(cmd));
+    // Programming may end between the CMD13 and the HPI: then CMD13-HPI is a plain
+    // status (not prg) and CMD12-HPI is illegal (no response), and
+    // CORRECTLY_PRG_SECTORS_NUM still describes an older interrupt.
+    let prg = crate::card::CardState::Prg.number();
+    let interrupted = if hpi_cmd12 {
+        done.cmd.issued && done.cmd.error.is_none()
+    } else {
+        completion_result(&done)?;
+        crate::host::mmc::r1_state(done.cmd.resp[0]) == prg
+    };
+    if !interrupted {
+        // Reads (and clears) an ILLEGAL_COMMAND the stray CMD12 left.
+        host.mmc_wait_busy();
+        let _ = host.mmc_send_status();
+        return Ok(None);
+    }
+    finish_op(host)?;
+    let e = host.mmc_get_ext_csd()?;
+    Ok(Some(u64::from(ext::read_le(
+        &e,
+        ext::CORRECTLY_PRG_SECTORS_NUM,
+        4,
+    ))))
+}
+
 /// Wait for the busy to end and check the status, as `card_busy_detect` does: the
 /// operation is acknowledged when this returns `Ok`.
 fn finish_op(host: &mut MmcHost) -> Result<(), MmcError> {
@@ -1010,6 +1062,8 @@ pub fn run_wrapped(
         .mmc_init_card(&host_caps)
         .map_err(|error| PowerCutError::BringUp { cut: 0, error })?;
     let mut cache_on = ext_csd[ext::CACHE_CTRL] & ext::CACHE_EN != 0;
+    let hpi_enabled = ext_csd[ext::HPI_MGMT] & 1 != 0;
+    let hpi_cmd12 = ext_csd[ext::HPI_FEATURES] & ext::HPI_IMPLEMENTATION_CMD12 != 0;
 
     let mut rng = Prng::new(config.seed);
     let mut expect = Expectation::new(WINDOW_BASE - GUARD, WINDOW_SPAN + 2 * GUARD);
@@ -1066,6 +1120,39 @@ pub fn run_wrapped(
                     in_reliable = in_flight(&mut expect, &op, id, &caps);
                 }
                 break;
+            }
+            if config.hpi_percent > 0
+                && hpi_enabled
+                && started.is_ok()
+                && matches!(op, Op::Write { refused: false, .. })
+                && rng.below(100) < config.hpi_percent
+            {
+                let now = host.now();
+                let end = host.busy_until().unwrap_or(now);
+                host.idle_until(now + rng.below(end - now + 1));
+                match interrupt_write(&mut host, hpi_cmd12) {
+                    Ok(Some(programmed)) => {
+                        report.ops.hpi_interrupts += 1;
+                        report.ops.hpi_sectors_programmed += programmed;
+                        acknowledged_prefix(&mut expect, &op, id, programmed, &caps, cache_on);
+                        continue;
+                    }
+                    // Programming had ended: the write completes as usual below.
+                    Ok(None) => {}
+                    Err(e) => {
+                        report.unexpected_errors += 1;
+                        if report.first_errors.len() < FIRST_VIOLATIONS {
+                            report
+                                .first_errors
+                                .push(format!("cut {cut}, op {id} HPI: {e}"));
+                        }
+                        host.mmc_wait_busy();
+                        let _ = host.mmc_send_status();
+                        in_flight(&mut expect, &op, id, &caps);
+                        expect.in_flight.clear();
+                        continue;
+                    }
+                }
             }
             let result = started.and_then(|()| finish_op(&mut host));
             if result.is_err() {
@@ -1215,6 +1302,30 @@ fn acknowledged(expect: &mut Expectation, op: &Op, id: u64, caps: &Caps, cache_o
                 expect.flushed();
             }
             *cache_on = *on;
+        }
+    }
+}
+
+/// A write HPI stopped after `programmed` sectors: those are written (durable as the
+/// write's mode makes them), the rest must keep their old data.
+fn acknowledged_prefix(
+    expect: &mut Expectation,
+    op: &Op,
+    id: u64,
+    programmed: u64,
+    caps: &Caps,
+    cache_on: bool,
+) {
+    if let Op::Write {
+        lba, count, mode, ..
+    } = op
+    {
+        let n = programmed.min(*count);
+        let v = id * VERSIONS_PER_OP;
+        if *mode != WriteMode::Normal || !(caps.has_cache && cache_on) {
+            expect.durable_write(v, *lba, n);
+        } else {
+            expect.volatile_write(v, *lba, n);
         }
     }
 }
