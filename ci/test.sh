@@ -31,6 +31,14 @@ cargo test --workspace --all-targets
 echo "== selfcheck (release build, default model)"
 cargo run --release --quiet -- selfcheck
 
+# Issue 7: power cut at seeded instants, the image reopened, every cut checked
+# (docs/durability.md). Exits non-zero on any violation. A few seconds each.
+echo "== power-cut (release): 500 cuts, generic-emmc45, image reopened after every cut, unsynced writes lost"
+cargo run --release --quiet -- simulate --workload power-cut --cuts 500 --seed 7 --lose-unsynced
+echo "== power-cut (release): 500 cuts, toshiba-mmc32g with legacy reliable write, HPI"
+cargo run --release --quiet -- simulate --workload power-cut --cuts 500 --seed 8 \
+    --model toshiba-mmc32g --legacy-reliable --cut-store mem --hpi-percent 10
+
 if [[ $guest == 1 ]]; then
     echo "== guest boot-and-fio: default model (generic-emmc45)"
     guest-tests/run-guest-test.sh --quiet

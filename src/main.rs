@@ -124,6 +124,9 @@ fn run(cli: Cli) -> Result<(), String> {
             } else {
                 print!("{}", output.to_text());
             }
+            if output.failed() {
+                return Err("simulate: the run found violations or errors (see above)".into());
+            }
             Ok(())
         }
         Commands::Selfcheck { model } => {

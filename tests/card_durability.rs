@@ -3,7 +3,11 @@
 mod common;
 
 use common::{ext, pattern, Host, RCA_ARG};
-use vhost_user_emmc::card::{r1, CardState, Partition, PowerDown};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use vhost_user_emmc::card::{r1, Card, CardState, Partition, PowerDown};
+use vhost_user_emmc::store::{ImageLayout, MemStore, Store, StoreError};
 
 const RELIABLE: u32 = 1 << 31;
 const FORCED: u32 = 1 << 24;
@@ -315,4 +319,69 @@ fn bkops_start_needs_bkops_en() {
     h.init_without_bkops();
     let s = h.switch(ext::BKOPS_START, 1);
     assert_ne!(s & r1::SWITCH_ERROR, 0);
+}
+
+/// A MemStore that counts data bytes written since the last `sync()`.
+struct SyncWatch {
+    inner: MemStore,
+    unsynced: Arc<AtomicU64>,
+}
+
+impl Store for SyncWatch {
+    fn layout(&self) -> ImageLayout {
+        self.inner.layout()
+    }
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&mut self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
+        self.unsynced.fetch_add(buf.len() as u64, Ordering::SeqCst);
+        self.inner.write_at(offset, buf)
+    }
+    fn fill(&mut self, offset: u64, len: u64, byte: u8) -> Result<(), StoreError> {
+        self.inner.fill(offset, len, byte)
+    }
+    fn sync(&mut self) -> Result<(), StoreError> {
+        self.unsynced.store(0, Ordering::SeqCst);
+        self.inner.sync()
+    }
+    fn load_card_state(&self) -> Option<toml::Table> {
+        self.inner.load_card_state()
+    }
+    fn save_card_state(&mut self, state: &toml::Table) -> Result<(), StoreError> {
+        self.inner.save_card_state(state)
+    }
+}
+
+#[test]
+fn writes_acknowledged_as_durable_are_synced_to_the_image() {
+    // Found by `simulate --workload power-cut --lose-unsynced`: reliable writes, forced
+    // programming and writes with the cache off reached the image with pwrite only, so a
+    // host power loss could take acknowledged durable data with the page cache.
+    let model = common::model();
+    let layout = Card::layout_for(&model);
+    let unsynced = Arc::new(AtomicU64::new(0));
+    let store = SyncWatch {
+        inner: MemStore::new(layout),
+        unsynced: unsynced.clone(),
+    };
+    let mut h = Host {
+        card: Card::new(model, Box::new(store)).unwrap(),
+        now: 0,
+    };
+    h.init();
+    let pending = || unsynced.load(Ordering::SeqCst);
+    h.write(100, &pattern(1, 4), 0);
+    assert_eq!(pending(), 0, "a cached write does not touch the image");
+    h.write(200, &pattern(2, 4), RELIABLE);
+    assert_eq!(pending(), 0, "reliable write synced when acknowledged");
+    h.write(300, &pattern(3, 4), FORCED);
+    assert_eq!(pending(), 0, "forced programming synced when acknowledged");
+    h.switch_ok(ext::CACHE_CTRL, 0);
+    h.write(400, &pattern(4, 4), 0);
+    assert_eq!(
+        pending(),
+        0,
+        "cache off: every write synced when acknowledged"
+    );
 }

@@ -315,3 +315,32 @@ fn a_fault_plan_is_applied_and_a_bad_one_stops_with_the_rule_and_the_reason() {
         );
     }
 }
+
+#[test]
+fn power_cut_workload_reports_zero_violations_and_exits_zero() {
+    let out = simulate(&[
+        "--workload",
+        "power-cut",
+        "--cuts",
+        "30",
+        "--seed",
+        "4",
+        "--cut-store",
+        "mem",
+        "--json",
+    ]);
+    let r = json(&out);
+    assert_eq!(r["cuts"], 30);
+    assert_eq!(r["violations"]["durable_lost"], 0);
+    assert_eq!(r["violations"]["torn_reliable"], 0);
+    assert_eq!(r["violations"]["outside_written"], 0);
+    assert_eq!(r["violations"]["corrupt"], 0);
+    assert!(r["operations"].as_u64().unwrap() > 30);
+}
+
+#[test]
+fn legacy_reliable_is_refused_outside_power_cut() {
+    let out = simulate(&["--workload", "seq-write", "--legacy-reliable"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--legacy-reliable"));
+}

@@ -130,6 +130,7 @@ impl Card {
 
     fn commit_segments(&mut self, p: &ProgramOp, sectors: u64, medium_only: bool) {
         let mut left = sectors;
+        let mut programmed_medium = false;
         for seg in p.segments.as_slice() {
             if left == 0 {
                 break;
@@ -161,6 +162,7 @@ impl Card {
             let result = match seg.target {
                 ProgramTarget::Medium => {
                     self.cache.invalidate(seg.sector, n);
+                    programmed_medium = true;
                     self.store.write_at(seg.sector * 512, data)
                 }
                 ProgramTarget::Cache => self
@@ -177,6 +179,16 @@ impl Card {
                 return;
             }
             self.stats.sectors_written += n;
+        }
+        // Programming that ends (or an HPI stops) with data on the medium: the host is
+        // told it is durable (reliable write, forced programming, cache off), so it must
+        // survive the host losing power too (docs/image-format.md, Durability). At a power
+        // cut the card cannot promise anything more, so nothing is synced there.
+        if programmed_medium && !medium_only {
+            if let Err(e) = self.store.sync() {
+                log::error!("syncing the image: {e}");
+                self.status |= super::r1::ERROR;
+            }
         }
     }
 

@@ -7,6 +7,7 @@ use super::blkbench::{
 };
 use super::device::{BlockDevice, CardDevice};
 use super::flashbench::{self, AlignOptions, OpenAuOptions, PageSplit, Region};
+use super::powercut::{CutStore, PowerCutConfig, PowerCutReport};
 use super::report::{CardCounters, Report};
 use super::trace::Trace;
 use super::workload::{run, Op, Pattern, Stream, Workload};
@@ -40,6 +41,11 @@ pub enum WorkloadKind {
     /// Through the MMC block driver: iozone -i 0 -e, write and rewrite of a `--size` file
     /// in `--record` records (seed 004).
     IozoneWrite,
+    /// Through the MMC core: normal, reliable, forced, packed writes, flushes and cache
+    /// switches with unique sector contents; power cut at `--cuts` seeded instants, the
+    /// image reopened, and every cut checked against what the spec promises
+    /// (`docs/durability.md`). Exits non-zero on any violation.
+    PowerCut,
 }
 
 /// `--packing`.
@@ -217,6 +223,32 @@ pub struct SimulateArgs {
     /// parallel-rw: reader's time consuming each window, in microseconds.
     #[arg(long, default_value_t = 10_000)]
     pub read_think_us: u64,
+    /// power-cut: number of power cuts.
+    #[arg(long, default_value_t = 1000)]
+    pub cuts: u64,
+    /// power-cut: where the card's data lives.
+    #[arg(long, value_enum, default_value_t = CutStore::Image)]
+    pub cut_store: CutStore,
+    /// power-cut, image store: reopen the image from disk every this many cuts (0 = never;
+    /// the cuts in between power-cycle the card on the open image).
+    #[arg(long, default_value_t = 1)]
+    pub reopen_every: u64,
+    /// power-cut: image file to use (created; must not exist). Default: a temporary file,
+    /// removed afterwards.
+    #[arg(long)]
+    pub image: Option<std::path::PathBuf>,
+    /// power-cut: run the model with legacy reliable write (WR_REL_PARAM.EN_REL_WR cleared;
+    /// REL_WR_SEC_C as the model says) instead of what it declares.
+    #[arg(long)]
+    pub legacy_reliable: bool,
+    /// power-cut: the host loses power with the card — store writes the card did not
+    /// sync (fdatasync) are dropped at every cut.
+    #[arg(long)]
+    pub lose_unsynced: bool,
+    /// power-cut: percent of single writes interrupted by HPI while programming (the
+    /// sectors CORRECTLY_PRG_SECTORS_NUM reports must be written, the rest untouched).
+    #[arg(long, default_value_t = 0)]
+    pub hpi_percent: u64,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -280,6 +312,7 @@ pub enum Output {
     Report(Report),
     Flashbench(FlashbenchReport),
     Driver(Box<DriverReport>),
+    PowerCut(Box<PowerCutReport>),
     Sweep {
         model: String,
         experiment: Experiment,
@@ -288,11 +321,17 @@ pub enum Output {
 }
 
 impl Output {
+    /// The run itself found a failure (a power-cut violation); the exit status says so.
+    pub fn failed(&self) -> bool {
+        matches!(self, Output::PowerCut(p) if p.failed())
+    }
+
     pub fn to_text(&self) -> String {
         match self {
             Output::Report(r) => r.to_text(),
             Output::Flashbench(f) => f.to_text(),
             Output::Driver(d) => d.to_text(),
+            Output::PowerCut(p) => p.to_text(),
             Output::Sweep {
                 model,
                 experiment,
@@ -306,6 +345,7 @@ impl Output {
             Output::Report(r) => r.to_json(),
             Output::Flashbench(f) => serde_json::to_string(f).expect("plain data"),
             Output::Driver(d) => d.to_json(),
+            Output::PowerCut(p) => p.to_json(),
             Output::Sweep {
                 model,
                 experiment,
@@ -451,8 +491,35 @@ fn precondition(
 
 /// Run a simulation and return its output.
 pub fn simulate(args: &SimulateArgs) -> Result<Output, String> {
-    let model = DeviceModel::load(&args.model).map_err(|e| e.to_string())?;
+    let mut model = DeviceModel::load(&args.model).map_err(|e| e.to_string())?;
     let faults = crate::frontend::serve::load_fault_plan(args.fault_plan.as_deref())?;
+    if args.workload == WorkloadKind::PowerCut {
+        if faults.is_some() {
+            return Err(
+                "--fault-plan does not apply to --workload power-cut, which cuts \
+                        power at its own seeded instants"
+                    .into(),
+            );
+        }
+        if args.legacy_reliable {
+            model.ext_csd.wr_rel_param &= !crate::card::ext_csd::EN_REL_WR;
+        }
+        let config = PowerCutConfig {
+            store: args.cut_store,
+            reopen_every: args.reopen_every,
+            image: args.image.clone(),
+            lose_unsynced: args.lose_unsynced,
+            hpi_percent: args.hpi_percent.min(100),
+            ..PowerCutConfig::new(args.cuts, args.seed)
+        };
+        return super::powercut::run(&config, &model)
+            .map(|r| Output::PowerCut(Box::new(r)))
+            .map_err(|e| e.to_string());
+    }
+    if args.legacy_reliable {
+        return Err("--legacy-reliable applies to --workload power-cut".into());
+    }
+    let model = model;
     if args.workload.is_driver() {
         let (setup, exp) = driver_run(args, &model)?;
         if let Some((a, b)) = args.sweep {
