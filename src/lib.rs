@@ -12,6 +12,7 @@
 pub mod card;
 pub mod crc;
 pub mod frontend;
+pub mod fuzzing;
 pub mod host;
 pub mod inspect;
 pub mod model;
