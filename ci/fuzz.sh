@@ -61,8 +61,15 @@ have_libfuzzer() {
 
 failed=0
 if [[ $stable == 0 ]] && have_libfuzzer; then
+    mkdir -p fuzz/work
     echo "== libFuzzer (cargo +nightly fuzz), ${seconds} s per target"
-    (cd fuzz && cargo +nightly fuzz build -O "${targets[@]}" 2>&1 | tail -1) || exit 1
+    # cargo-fuzz builds one target or all of them.
+    build=()
+    [[ ${#targets[@]} -eq 1 ]] && build=("${targets[0]}")
+    if ! (cd fuzz && cargo +nightly fuzz build -O "${build[@]}" >work/build.log 2>&1); then
+        tail -20 fuzz/work/build.log
+        exit 1
+    fi
     printf '%-14s %12s %8s %8s %8s  %s\n' target execs exec/s cov ft crashes
     for t in "${targets[@]}"; do
         work=fuzz/work/$t
