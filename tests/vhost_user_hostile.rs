@@ -411,6 +411,33 @@ fn cases() -> Vec<Case> {
                 &[m.as_raw_fd()],
             );
         }),
+        (
+            "a region larger than its memfd, rings past the file's end, kicked",
+            |c| {
+                handshake(c);
+                let m = memfd(4096);
+                c.send(
+                    SET_MEM_TABLE,
+                    0,
+                    &mem_table(&[region(0, 1 << 30, USER_BASE, 0)]),
+                    &[m.as_raw_fd()],
+                );
+                c.send(SET_VRING_NUM, 0, &vring_state(0, 256), &[]);
+                let base = USER_BASE + 0x10_0000;
+                c.send(
+                    SET_VRING_ADDR,
+                    0,
+                    &vring_addr(0, base, base + 0x8000, base + 0x4000),
+                    &[],
+                );
+                c.send(SET_VRING_BASE, 0, &vring_state(0, 0), &[]);
+                let (k, call) = (eventfd(), eventfd());
+                c.send(SET_VRING_CALL, 0, &u64p(0), &[call.as_raw_fd()]);
+                c.send(SET_VRING_KICK, 0, &u64p(0), &[k.as_raw_fd()]);
+                kick(&k);
+                std::thread::sleep(Duration::from_millis(200));
+            },
+        ),
         ("SET_MEM_TABLE with an mmap offset past the memfd", |c| {
             handshake(c);
             let m = memfd(MEM_BYTES);

@@ -477,6 +477,7 @@ impl VhostUserBackend for EmmcBlkBackend {
     }
 
     fn update_memory(&self, mem: GuestMemoryAtomic<GuestMemoryMmap>) -> io::Result<()> {
+        crate::frontend::serve::check_memory_backing(&mem)?;
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.target.set_memory(Some(mem.clone()));
         inner.mem = Some(mem);
