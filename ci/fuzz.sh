@@ -66,7 +66,7 @@ if [[ $stable == 0 ]] && have_libfuzzer; then
     # cargo-fuzz builds one target or all of them.
     build=()
     [[ ${#targets[@]} -eq 1 ]] && build=("${targets[0]}")
-    if ! (cd fuzz && cargo +nightly fuzz build -O "${build[@]}" >work/build.log 2>&1); then
+    if ! (cd fuzz && cargo +nightly fuzz build -O -a "${build[@]}" >work/build.log 2>&1); then
         tail -20 fuzz/work/build.log
         exit 1
     fi
@@ -78,7 +78,7 @@ if [[ $stable == 0 ]] && have_libfuzzer; then
         stamp=fuzz/work/$t.start
         touch "$stamp"
         # The scratch corpus first (libFuzzer adds there), the seeds second (read only).
-        (cd fuzz && cargo +nightly fuzz run -O "$t" "work/$t" "corpus/$t" -- \
+        (cd fuzz && cargo +nightly fuzz run -O -a "$t" "work/$t" "corpus/$t" -- \
             -max_total_time="$seconds" -print_final_stats=1 -rss_limit_mb=4096 \
             >"work/$t.log" 2>&1)
         rc=$?
