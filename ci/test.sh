@@ -28,6 +28,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test --workspace"
 cargo test --workspace --all-targets
 
+echo "== fuzz smoke run: 8 s per target (libFuzzer on nightly, else the stable runner)"
+ci/fuzz.sh --seconds 8
+
 echo "== selfcheck (release build, default model)"
 cargo run --release --quiet -- selfcheck
 

@@ -13,6 +13,7 @@ pub mod card;
 pub mod crc;
 pub mod fault;
 pub mod frontend;
+pub mod fuzzing;
 pub mod host;
 pub mod inspect;
 pub mod model;

@@ -293,14 +293,19 @@ impl Completions {
 }
 
 /// Whether the driver has made chains available on `vring` that the device has not
-/// taken yet.
+/// taken yet. An avail index further ahead than the ring holds is a corrupt ring, not
+/// work: taking chains from it fails (and is logged once per notification), so the poll
+/// loops must not see it as work, or they spin on it — and log — until the index changes.
 pub fn ring_has_avail<M: GuestMemory>(vring: &VringRwLock, mem: &M) -> bool {
     let guard = vring.get_ref();
     let queue = guard.get_queue();
     queue.ready()
         && queue
             .avail_idx(mem, std::sync::atomic::Ordering::Acquire)
-            .is_ok_and(|idx| idx.0 != queue.next_avail())
+            .is_ok_and(|idx| {
+                let ahead = idx.0.wrapping_sub(queue.next_avail());
+                ahead != 0 && ahead <= queue.size()
+            })
 }
 
 /// Wake-ups remembered.
@@ -384,6 +389,29 @@ impl SpinMargin {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression (hostile frontend, docs/robustness.md): an avail index more than a ring
+    /// ahead made the poll loops spin and log until the index changed.
+    #[test]
+    fn a_corrupt_avail_index_is_not_work() {
+        use vm_memory::{Bytes, GuestAddress, GuestMemoryAtomic, GuestMemoryMmap};
+        let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 0x10000)]).unwrap();
+        let vring = VringRwLock::new(GuestMemoryAtomic::new(mem.clone()), 256).unwrap();
+        vring.set_queue_size(256);
+        vring.set_queue_info(0x1000, 0x2000, 0x3000).unwrap();
+        vring.set_queue_ready(true);
+        let set_idx = |idx: u16| mem.write_obj(idx, GuestAddress(0x2002)).unwrap();
+        set_idx(0);
+        assert!(!ring_has_avail(&vring, &mem), "nothing made available");
+        set_idx(3);
+        assert!(ring_has_avail(&vring, &mem), "three chains");
+        set_idx(256);
+        assert!(ring_has_avail(&vring, &mem), "a full ring");
+        set_idx(257);
+        assert!(!ring_has_avail(&vring, &mem), "more than the ring holds");
+        set_idx(0x8000);
+        assert!(!ring_has_avail(&vring, &mem), "far ahead");
+    }
 
     const US: Duration = Duration::from_micros(1);
 

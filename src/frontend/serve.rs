@@ -20,7 +20,9 @@ use std::sync::Arc;
 
 use vhost::vhost_user::Listener;
 use vhost_user_backend::{VhostUserBackend, VhostUserDaemon, VringRwLock};
-use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
+use vm_memory::{
+    GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion,
+};
 use vmm_sys_util::epoll::EventSet;
 
 use super::pacing::{Pacing, DEFAULT_SPIN, DEFAULT_SPIN_MAX};
@@ -172,6 +174,53 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
     match args.transport {
         TransportArg::Blk => super::blk::serve::serve_blk(args),
         TransportArg::Mmc => super::mmc::serve::serve_mmc(args),
+    }
+}
+
+/// Refuse guest memory whose regions map past the end of their files (both backends'
+/// `update_memory`). mmap(2) accepts such a mapping, but touching its tail raises
+/// SIGBUS: a frontend could kill the daemon with a memfd smaller than the region it
+/// declares and a ring placed past the file's end. On refusal the memory is replaced by
+/// an empty map, so nothing can reach the bad one before the session ends.
+///
+/// A frontend that shrinks its file after the check can still do it, as with any
+/// vhost-user backend; that needs memfd seals to rule out (docs/robustness.md).
+pub fn check_memory_backing(mem: &GuestMemoryAtomic<GuestMemoryMmap>) -> std::io::Result<()> {
+    let problem = {
+        let guard = mem.memory();
+        let mut problem = None;
+        for r in guard.iter() {
+            let Some(fo) = r.file_offset() else {
+                continue;
+            };
+            let meta = fo.file().metadata()?;
+            if !meta.is_file() {
+                continue;
+            }
+            let end = fo.start().checked_add(r.len());
+            if end.is_none_or(|end| end > meta.len()) {
+                problem = Some(format!(
+                    "memory region at guest {:#x}: {} bytes from offset {} of a {}-byte file \
+                     (past its end)",
+                    r.start_addr().0,
+                    r.len(),
+                    fo.start(),
+                    meta.len()
+                ));
+                break;
+            }
+        }
+        problem
+    };
+    match problem {
+        None => Ok(()),
+        Some(p) => {
+            log::warn!("refusing guest memory: {p}");
+            mem.lock()
+                .map_err(|_| std::io::Error::other("guest memory lock poisoned"))?
+                .replace(GuestMemoryMmap::new());
+            Err(std::io::Error::other(p))
+        }
     }
 }
 

@@ -287,17 +287,27 @@ impl Inner {
             return Ok(());
         };
         let limits = self.target.limits();
+        // Rounds that found nothing although the avail index promised more: one covers a
+        // request that raced the re-enabled notification; more mean a corrupt ring.
+        let mut empty_rounds = 0;
         loop {
             if self.event_idx {
                 vring.disable_notification().map_err(io::Error::other)?;
             }
             let mem = atomic.memory();
-            let chains: Vec<_> = vring
-                .get_mut()
-                .get_queue_mut()
-                .iter(mem.clone())
-                .map_err(io::Error::other)?
-                .collect();
+            // A corrupt ring (avail index more than a ring ahead) is logged and taken as
+            // empty, as the mmc transport does: an error here would end the worker
+            // silently and leave the session without a queue.
+            let chains: Vec<_> = match vring.get_mut().get_queue_mut().iter(mem.clone()) {
+                Ok(iter) => iter.collect(),
+                Err(e) => {
+                    log::warn!("avail ring unusable: {e}");
+                    Vec::new()
+                }
+            };
+            if chains.is_empty() {
+                empty_rounds += 1;
+            }
             for chain in chains {
                 let head = chain.head_index();
                 let now = Instant::now();
@@ -330,7 +340,10 @@ impl Inner {
                     }
                 }
             }
-            if !self.event_idx || !vring.enable_notification().map_err(io::Error::other)? {
+            if !self.event_idx
+                || !vring.enable_notification().map_err(io::Error::other)?
+                || empty_rounds > 1
+            {
                 break;
             }
         }
@@ -464,6 +477,7 @@ impl VhostUserBackend for EmmcBlkBackend {
     }
 
     fn update_memory(&self, mem: GuestMemoryAtomic<GuestMemoryMmap>) -> io::Result<()> {
+        crate::frontend::serve::check_memory_backing(&mem)?;
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.target.set_memory(Some(mem.clone()));
         inner.mem = Some(mem);

@@ -411,6 +411,7 @@ impl VhostUserBackend for EmmcMmcBackend {
     }
 
     fn update_memory(&self, mem: GuestMemoryAtomic<GuestMemoryMmap>) -> io::Result<()> {
+        crate::frontend::serve::check_memory_backing(&mem)?;
         self.lock().mem = Some(mem);
         Ok(())
     }
