@@ -655,8 +655,10 @@ fi
 
 echo
 log "fio results ($BACKEND backend, model $MODEL, set $JOBSET)"
+expect_errors=
+[[ $JOBSET != faults ]] || expect_errors=faults-io
 parse=(python3 "$HERE/parse-fio.py" "$DATA" --jobs "${GT[GT_JOBS]}"
-    --expect-errors "$([[ $JOBSET == faults ]] && echo faults-io)"
+    --expect-errors "$expect_errors"
     --expect-min-write-lat-us "$EXPECT_WRITE_US" --expect-min-read-lat-us "$EXPECT_READ_US"
     --summary-json "${SUMMARY_JSON:-$WORK/summary.json}")
 [[ -s $TRACE ]] && parse+=(--model-trace "$TRACE")
