@@ -7,7 +7,9 @@ use std::sync::Arc;
 use super::backend::{EmmcBlkBackend, TIMER_EVENT};
 use super::target::{CardTarget, DriverPolicy};
 use crate::frontend::control::{latency_json, pacing_json, Controlled};
-use crate::frontend::serve::{exact_timers, load_fault_plan, open_card, run_daemon, ServedBackend};
+use crate::frontend::serve::{
+    exact_timers, load_fault_plan, open_card, open_cmd_log, run_daemon, ServedBackend,
+};
 pub use crate::frontend::serve::{ServeArgs, TimingArg};
 use crate::host::mmc::MmcHost;
 use crate::sim::trace::TraceWriter;
@@ -63,8 +65,9 @@ pub fn serve_blk(args: &ServeArgs) -> Result<(), String> {
         elevator: args.scheduler.elevator(args.slice_idle_us),
     };
     let faults = load_fault_plan(args.fault_plan.as_deref())?;
-    let mut target =
-        CardTarget::new(card, &model, &policy).map_err(|e| format!("card bring-up: {e}"))?;
+    let cmd_log = open_cmd_log(args, card.now(), &model.name)?;
+    let mut target = CardTarget::with_cmd_log(card, &model, &policy, cmd_log)
+        .map_err(|e| format!("card bring-up: {e}"))?;
     target.set_fault_injector(faults);
     log::info!(
         "model {}: {} sectors, serial {}",

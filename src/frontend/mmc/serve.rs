@@ -8,7 +8,7 @@ use super::backend::{EmmcMmcBackend, TIMER_EVENT};
 use super::device::MmcDevice;
 use crate::frontend::control::{pacing_json, Controlled};
 use crate::frontend::serve::{
-    exact_timers, load_fault_plan, open_card, run_daemon, ServeArgs, ServedBackend,
+    exact_timers, load_fault_plan, open_card, open_cmd_log, run_daemon, ServeArgs, ServedBackend,
 };
 use crate::host::mmc::MmcHost;
 use crate::sim::command::{PackingArg, SchedulerArg};
@@ -77,6 +77,7 @@ pub fn serve_mmc(args: &ServeArgs) -> Result<(), String> {
     let (card, model) = open_card(args)?;
     let mut device = MmcDevice::new(card, &model);
     device.set_fault_injector(load_fault_plan(args.fault_plan.as_deref())?);
+    device.set_cmd_log(open_cmd_log(args, device.now(), &model.name)?);
     let c = device.config();
     log::info!(
         "model {}: virtio-mmc, caps {:#x}, {}..{} Hz, {} segments of {} bytes, \
