@@ -12,7 +12,6 @@ use crate::frontend::serve::{
 };
 pub use crate::frontend::serve::{ServeArgs, TimingArg};
 use crate::host::mmc::MmcHost;
-use crate::sim::trace::TraceWriter;
 
 impl ServedBackend for EmmcBlkBackend {
     fn timer_fd(&self) -> i32 {
@@ -82,11 +81,12 @@ pub fn serve_blk(args: &ServeArgs) -> Result<(), String> {
         std::time::Duration::from_micros(args.spin_max_us),
     );
     if let Some(path) = &args.trace {
-        let file = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let heading = format!("vhost-user-emmc serve, model {}", model.name);
-        let writer = TraceWriter::new(std::io::BufWriter::new(file), backend.card_now(), &heading)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        backend.set_trace(writer);
+        backend.set_trace(crate::frontend::trace::open(
+            path,
+            backend.card_now(),
+            &heading,
+        )?);
     }
     run_daemon(backend, &args.socket, args.control.as_deref(), &model.name)
 }

@@ -48,9 +48,6 @@ impl Controlled for EmmcMmcBackend {
 /// Options that belong to the blk transport's own block driver.
 fn refuse_blk_options(args: &ServeArgs) -> Result<(), String> {
     let mut given = Vec::new();
-    if args.trace.is_some() {
-        given.push("--trace");
-    }
     if args.packing != PackingArg::Off {
         given.push("--packing");
     }
@@ -96,5 +93,16 @@ pub fn serve_mmc(args: &ServeArgs) -> Result<(), String> {
         std::time::Duration::from_micros(args.spin_us),
         std::time::Duration::from_micros(args.spin_max_us),
     );
+    if let Some(path) = &args.trace {
+        let heading = format!(
+            "vhost-user-emmc serve --transport mmc, model {}",
+            model.name
+        );
+        backend.set_trace(crate::frontend::trace::open(
+            path,
+            backend.card_now(),
+            &heading,
+        )?);
+    }
     run_daemon(backend, &args.socket, args.control.as_deref(), &model.name)
 }
