@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""What `serve --trace` and `serve --cmd-log` cost in IOPS with the ideal model.
+
+The daemon (`serve --transport blk --model ideal --timing off`, image in tmpfs) is driven
+by tools/blkbench (libblkio, virtio-blk-vhost-user) from outside a VM, once without
+tracing, once with `--trace`, once with `--cmd-log` (and once with both), the
+configurations alternating job by job and round by round (A B C D, B C D A, ...) so that
+all see the same machine load; each round's ratio (traced IOPS / plain IOPS) compares
+runs a few seconds apart. Prints, per job, every round's ratios and their median.
+
+Usage: ci/trace-overhead.py [--seconds S] [--rounds N] [--jobs randread:4k:32,...]
+                            [--dir DIR]
+Builds the release binaries (vhost-user-emmc and tools/blkbench) first.
+"""
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+bench = __import__("bench-vs-qsd")
+
+ROOT = bench.ROOT
+EMMC = bench.EMMC
+CONFIGS = ["plain", "trace", "cmd-log", "both"]
+
+
+def extra(config, workdir):
+    trace = ["--trace", os.path.join(workdir, "trace.txt")]
+    cmd_log = ["--cmd-log", os.path.join(workdir, "cmd.log")]
+    return {"plain": [], "trace": trace, "cmd-log": cmd_log, "both": trace + cmd_log}[config]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=5.0, help="run time per job")
+    ap.add_argument("--rounds", type=int, default=5, help="alternating rounds")
+    ap.add_argument("--jobs", default="randread:4k:32,randread:4k:1,randwrite:4k:1",
+                    help="blkbench jobs, comma-separated")
+    ap.add_argument("--dir", default="/dev/shm", help="tmpfs for the image and the logs")
+    args = ap.parse_args()
+    jobs = args.jobs.split(",")
+    bench.log("building release binaries")
+    subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "vhost-user-emmc",
+                    "-p", "blkbench"], cwd=ROOT, check=True)
+    workdir = tempfile.mkdtemp(prefix="vue-trace.", dir=args.dir)
+    iops = {job: {c: [] for c in CONFIGS} for job in jobs}
+    try:
+        sock = os.path.join(workdir, "vhost.sock")
+        image = os.path.join(workdir, "card.img")
+        subprocess.run([EMMC, "image", "create", "--model", "ideal", image], check=True,
+                       stdout=subprocess.DEVNULL)
+        l = bench.image_layout(image)
+        with open(image, "r+b") as f:
+            f.seek(2 * l["boot_bytes"] + l["rpmb_bytes"])
+            chunk = os.urandom(1 << 20)
+            for _ in range(1024):
+                f.write(chunk)
+        for r in range(args.rounds):
+            order = CONFIGS[r % len(CONFIGS):] + CONFIGS[:r % len(CONFIGS)]
+            for job in jobs:
+                for config in order:
+                    backend = bench.Emmc(image, sock, "ideal", "off",
+                                         extra=extra(config, workdir))
+                    res = bench.run_one(backend, job, args.seconds)
+                    iops[job][config].append(res["iops"])
+                    bench.log(f"round {r + 1} {job} {config}: {res['iops']:.0f} IOPS")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(f"# cost of tracing ({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs, "
+          f"load {os.getloadavg()[0]:.2f}); serve --model ideal --timing off, "
+          f"{args.seconds:g} s per job, {args.rounds} alternating rounds\n")
+    print("| job | plain IOPS (median) | config | ratio per round | median ratio |")
+    print("|---|---|---|---|---|")
+    for job in jobs:
+        plain = iops[job]["plain"]
+        for config in CONFIGS[1:]:
+            ratios = [t / p for t, p in zip(iops[job][config], plain)]
+            print(f"| {job} | {statistics.median(plain):.0f} | {config} | "
+                  + " ".join(f"{x:.3f}" for x in ratios)
+                  + f" | {statistics.median(ratios):.3f} |")
+
+
+if __name__ == "__main__":
+    main()
