@@ -54,12 +54,68 @@ fn trace_code(op: Op) -> &'static str {
 /// order they arrived in, but the format wants non-decreasing submission times. So lines
 /// are held until [`TraceWriter::release`] says no earlier arrival can still come, and
 /// then written in arrival order (ties in the order they were recorded).
+///
+/// Tracing runs on the daemon's request path, so a line costs no allocation: it is held
+/// as numbers and formatted into a reused buffer when written (docs/performance.md,
+/// "Cost of tracing").
 pub struct TraceWriter<W: Write> {
     out: W,
     origin: Nanos,
-    /// Lines not yet written: (arrival, sequence, line).
-    held: BinaryHeap<Reverse<(Nanos, u64, String)>>,
+    /// Lines not yet written, earliest arrival (then earliest recorded) first.
+    held: BinaryHeap<Reverse<Held>>,
     recorded: u64,
+    /// The line being formatted.
+    line: Vec<u8>,
+}
+
+/// A line waiting for its turn.
+#[derive(Debug)]
+struct Held {
+    at: Nanos,
+    seq: u64,
+    done: Nanos,
+    what: Line,
+}
+
+#[derive(Debug)]
+enum Line {
+    Request { op: Op, offset: u64, length: u64 },
+    Note(String),
+}
+
+impl PartialEq for Held {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+
+impl Eq for Held {}
+
+impl PartialOrd for Held {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Held {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
+}
+
+/// Append `n` in decimal.
+fn push_decimal(buf: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    buf.extend_from_slice(&digits[i..]);
 }
 
 impl<W: Write> TraceWriter<W> {
@@ -71,30 +127,28 @@ impl<W: Write> TraceWriter<W> {
             origin,
             held: BinaryHeap::new(),
             recorded: 0,
+            line: Vec::with_capacity(128),
         })
     }
 
-    fn hold(&mut self, at: Nanos, line: String) {
+    fn hold(&mut self, at: Nanos, done: Nanos, what: Line) {
         self.recorded += 1;
-        self.held.push(Reverse((at, self.recorded, line)));
+        self.held.push(Reverse(Held {
+            at,
+            seq: self.recorded,
+            done,
+            what,
+        }));
     }
 
     /// One request: submitted at card time `at`, completed at `done`.
     pub fn record(&mut self, at: Nanos, op: Op, offset: u64, length: u64, done: Nanos) {
-        let (t, d) = (
-            at.saturating_sub(self.origin),
-            done.saturating_sub(self.origin),
-        );
-        self.hold(at, format!("{t} {} {offset} {length} {d}", trace_code(op)));
+        self.hold(at, done, Line::Request { op, offset, length });
     }
 
     /// A request outside the format (GET_ID, write zeroes, ...), as a comment.
     pub fn note(&mut self, at: Nanos, what: &str, done: Nanos) {
-        let (t, d) = (
-            at.saturating_sub(self.origin),
-            done.saturating_sub(self.origin),
-        );
-        self.hold(at, format!("# {t} {what} {d}"));
+        self.hold(at, done, Line::Note(what.to_string()));
     }
 
     /// Lines held (recorded, not yet written).
@@ -105,14 +159,37 @@ impl<W: Write> TraceWriter<W> {
     /// Write every held line that arrived at or before `upto`: the caller knows that no
     /// request still in flight arrived earlier.
     pub fn release(&mut self, upto: Nanos) -> std::io::Result<()> {
-        while let Some(Reverse((at, _, _))) = self.held.peek() {
-            if *at > upto {
-                break;
-            }
-            let Some(Reverse((_, _, line))) = self.held.pop() else {
+        while self.held.peek().is_some_and(|Reverse(h)| h.at <= upto) {
+            let Some(Reverse(h)) = self.held.pop() else {
                 break;
             };
-            writeln!(self.out, "{line}")?;
+            let (t, d) = (
+                h.at.saturating_sub(self.origin),
+                h.done.saturating_sub(self.origin),
+            );
+            let line = &mut self.line;
+            line.clear();
+            match &h.what {
+                Line::Request { op, offset, length } => {
+                    push_decimal(line, t);
+                    line.push(b' ');
+                    line.extend_from_slice(trace_code(*op).as_bytes());
+                    line.push(b' ');
+                    push_decimal(line, *offset);
+                    line.push(b' ');
+                    push_decimal(line, *length);
+                }
+                Line::Note(what) => {
+                    line.extend_from_slice(b"# ");
+                    push_decimal(line, t);
+                    line.push(b' ');
+                    line.extend_from_slice(what.as_bytes());
+                }
+            }
+            line.push(b' ');
+            push_decimal(line, d);
+            line.push(b'\n');
+            self.out.write_all(line)?;
         }
         Ok(())
     }
@@ -275,6 +352,23 @@ mod tests {
             ]
         );
         Trace::parse(text.as_bytes()).unwrap();
+    }
+
+    #[test]
+    fn numbers_are_written_in_full() {
+        let mut w = TraceWriter::new(Vec::new(), 0, "test").unwrap();
+        w.record(0, Op::Read, u64::MAX - 511, 512, u64::MAX);
+        w.record(9, Op::Write, 10, 99, 1_000_000_007);
+        w.flush().unwrap();
+        let text = String::from_utf8(w.out.clone()).unwrap();
+        let body: Vec<&str> = text.lines().skip(2).collect();
+        assert_eq!(
+            body,
+            [
+                "0 R 18446744073709551104 512 18446744073709551615",
+                "9 W 10 99 1000000007"
+            ]
+        );
     }
 
     #[test]
