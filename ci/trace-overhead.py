@@ -9,7 +9,7 @@ all see the same machine load; each round's ratio (traced IOPS / plain IOPS) com
 runs a few seconds apart. Prints, per job, every round's ratios and their median.
 
 Usage: ci/trace-overhead.py [--seconds S] [--rounds N] [--jobs randread:4k:32,...]
-                            [--dir DIR]
+                            [--configs plain,trace,cmd-log,both] [--dir DIR]
 Builds the release binaries (vhost-user-emmc and tools/blkbench) first.
 """
 
@@ -42,14 +42,19 @@ def main():
     ap.add_argument("--rounds", type=int, default=5, help="alternating rounds")
     ap.add_argument("--jobs", default="randread:4k:32,randread:4k:1,randwrite:4k:1",
                     help="blkbench jobs, comma-separated")
+    ap.add_argument("--configs", default=",".join(CONFIGS),
+                    help="configurations compared, comma-separated; plain first")
     ap.add_argument("--dir", default="/dev/shm", help="tmpfs for the image and the logs")
     args = ap.parse_args()
     jobs = args.jobs.split(",")
+    configs = args.configs.split(",")
+    if configs[0] != "plain" or any(c not in CONFIGS for c in configs):
+        sys.exit(f"--configs: plain first, then some of {CONFIGS[1:]}")
     bench.log("building release binaries")
     subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "vhost-user-emmc",
                     "-p", "blkbench"], cwd=ROOT, check=True)
     workdir = tempfile.mkdtemp(prefix="vue-trace.", dir=args.dir)
-    iops = {job: {c: [] for c in CONFIGS} for job in jobs}
+    iops = {job: {c: [] for c in configs} for job in jobs}
     try:
         sock = os.path.join(workdir, "vhost.sock")
         image = os.path.join(workdir, "card.img")
@@ -62,7 +67,7 @@ def main():
             for _ in range(1024):
                 f.write(chunk)
         for r in range(args.rounds):
-            order = CONFIGS[r % len(CONFIGS):] + CONFIGS[:r % len(CONFIGS)]
+            order = configs[r % len(configs):] + configs[:r % len(configs)]
             for job in jobs:
                 for config in order:
                     backend = bench.Emmc(image, sock, "ideal", "off",
@@ -79,7 +84,7 @@ def main():
     print("|---|---|---|---|---|")
     for job in jobs:
         plain = iops[job]["plain"]
-        for config in CONFIGS[1:]:
+        for config in configs[1:]:
             ratios = [t / p for t, p in zip(iops[job][config], plain)]
             print(f"| {job} | {statistics.median(plain):.0f} | {config} | "
                   + " ".join(f"{x:.3f}" for x in ratios)

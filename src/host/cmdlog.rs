@@ -179,9 +179,37 @@ fn decode_arg(s: &mut String, opcode: u8, arg: u32) {
     }
 }
 
+/// Append `n` in decimal (the log's lines are formatted without `fmt` on the hot path).
+fn push_decimal(s: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    s.extend(digits[i..].iter().map(|&d| char::from(d)));
+}
+
+/// Append `n` as 8 lower-case hex digits.
+fn push_hex8(s: &mut String, n: u32) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    s.extend(
+        (0..8)
+            .rev()
+            .map(|k| char::from(HEX[(n >> (4 * k)) as usize & 0xF])),
+    );
+}
+
 fn format_r1(s: &mut String, status: u32) {
     let state = CardState::name_of_number(r1::current_state(status));
-    let _ = write!(s, " 0x{status:08x} {state}");
+    s.push_str(" 0x");
+    push_hex8(s, status);
+    s.push(' ');
+    s.push_str(state);
     let mut first = true;
     for &(bit, name) in r1::NAMES {
         if status & bit != 0 && bit != r1::READY_FOR_DATA {
@@ -202,11 +230,16 @@ pub(crate) fn format_entry(
 ) {
     let opcode = e.opcode & 0x3F;
     let name = crate::card::command::spec(opcode).map_or("reserved", |c| c.name);
-    let _ = write!(s, "{start} CMD{opcode} {name}");
+    push_decimal(s, start);
+    s.push_str(" CMD");
+    push_decimal(s, u64::from(opcode));
+    s.push(' ');
+    s.push_str(name);
     if e.auto {
         s.push_str(" auto");
     }
-    let _ = write!(s, " arg=0x{:08x}", e.arg);
+    s.push_str(" arg=0x");
+    push_hex8(s, e.arg);
     decode_arg(s, opcode, e.arg);
     let kind = match e.resp_type {
         ResponseType::None => "none",
@@ -227,11 +260,13 @@ pub(crate) fn format_entry(
                 ResponseType::R1 | ResponseType::R1b => format_r1(s, e.resp[0]),
                 ResponseType::R2 => {
                     for w in e.resp {
-                        let _ = write!(s, " 0x{w:08x}");
+                        s.push_str(" 0x");
+                        push_hex8(s, w);
                     }
                 }
                 _ => {
-                    let _ = write!(s, " 0x{:08x}", e.resp[0]);
+                    s.push_str(" 0x");
+                    push_hex8(s, e.resp[0]);
                 }
             }
         }
@@ -246,7 +281,8 @@ pub(crate) fn format_entry(
             s.push_str(":packed");
         }
     }
-    let _ = write!(s, " dur={dur}");
+    s.push_str(" dur=");
+    push_decimal(s, dur);
     if busy_pending {
         s.push_str(" busy-pending");
     }

@@ -103,17 +103,30 @@ impl Ord for Held {
     }
 }
 
+/// "00" to "99": two digits per division.
+const DIGIT_PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
 /// Append `n` in decimal.
 fn push_decimal(buf: &mut Vec<u8>, mut n: u64) {
     let mut digits = [0u8; 20];
     let mut i = digits.len();
-    loop {
+    while n >= 100 {
+        let pair = (n % 100) as usize * 2;
+        n /= 100;
+        i -= 2;
+        digits[i..i + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+    }
+    if n >= 10 {
+        let pair = n as usize * 2;
+        i -= 2;
+        digits[i..i + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+    } else {
         i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
+        digits[i] = b'0' + n as u8;
     }
     buf.extend_from_slice(&digits[i..]);
 }
@@ -355,10 +368,26 @@ mod tests {
     }
 
     #[test]
+    fn decimal_formatting_matches_std() {
+        let mut values: Vec<u64> = (0..1_000).collect();
+        for k in 1..20 {
+            let p = 10u64.pow(k);
+            values.extend([p - 1, p, p + 1, p / 7 * 3]);
+        }
+        values.push(u64::MAX);
+        for n in values {
+            let mut buf = Vec::new();
+            push_decimal(&mut buf, n);
+            assert_eq!(String::from_utf8(buf).unwrap(), n.to_string());
+        }
+    }
+
+    #[test]
     fn numbers_are_written_in_full() {
         let mut w = TraceWriter::new(Vec::new(), 0, "test").unwrap();
         w.record(0, Op::Read, u64::MAX - 511, 512, u64::MAX);
         w.record(9, Op::Write, 10, 99, 1_000_000_007);
+        w.record(10, Op::Write, 0, 100, 1_000);
         w.flush().unwrap();
         let text = String::from_utf8(w.out.clone()).unwrap();
         let body: Vec<&str> = text.lines().skip(2).collect();
@@ -366,7 +395,8 @@ mod tests {
             body,
             [
                 "0 R 18446744073709551104 512 18446744073709551615",
-                "9 W 10 99 1000000007"
+                "9 W 10 99 1000000007",
+                "10 W 0 100 1000"
             ]
         );
     }
