@@ -8,9 +8,14 @@ configurations alternating job by job and round by round (A B C D, B C D A, ...)
 all see the same machine load; each round's ratio (traced IOPS / plain IOPS) compares
 runs a few seconds apart. Prints, per job, every round's ratios and their median.
 
+With `--transport mmc` the daemon serves virtio-mmc and the client is
+guest-tests/virtio-mmc's `virtio-mmc-bench` (raw requests, depth 1 and 16); the jobs are
+then its rows (CMD13, CMD17 512 B, CMD23+CMD18 4 KiB) and their requests/s is compared.
+
 Usage: ci/trace-overhead.py [--seconds S] [--rounds N] [--jobs randread:4k:32,...]
-                            [--configs plain,trace,cmd-log,both] [--dir DIR]
-Builds the release binaries (vhost-user-emmc and tools/blkbench) first.
+                            [--configs plain,trace,cmd-log,both] [--transport blk|mmc]
+                            [--dir DIR]
+Builds the release binaries (vhost-user-emmc, tools/blkbench, virtio-mmc-bench) first.
 """
 
 import argparse
@@ -28,6 +33,33 @@ bench = __import__("bench-vs-qsd")
 ROOT = bench.ROOT
 EMMC = bench.EMMC
 CONFIGS = ["plain", "trace", "cmd-log", "both"]
+MMC_BENCH = os.path.join(ROOT, "target", "release", "virtio-mmc-bench")
+
+
+class MmcDaemon:
+    """`serve --transport mmc --model ideal --timing off` and virtio-mmc-bench."""
+
+    def __init__(self, image, sock, extra):
+        self.cmd = [EMMC, "serve", "--transport", "mmc", "--socket", sock, "--image", image,
+                    "--model", "ideal", "--timing", "off", *extra]
+        self.sock = sock
+
+    def run(self, seconds):
+        proc = subprocess.Popen(self.cmd, stderr=subprocess.DEVNULL)
+        try:
+            bench.wait_for_socket(self.sock, proc, "vhost-user-emmc serve")
+            out = subprocess.run([MMC_BENCH, "--socket", self.sock, "--seconds", str(seconds)],
+                                 check=True, capture_output=True, text=True).stdout
+        finally:
+            bench.stop(proc)
+            if os.path.exists(self.sock):
+                os.unlink(self.sock)
+        rows = {}
+        for line in out.splitlines():
+            cells = line.rsplit(None, 6)
+            if len(cells) == 7 and cells[1].isdigit():
+                rows[f"{cells[0]} QD{cells[1]}"] = float(cells[3])
+        return rows
 
 
 def extra(config, workdir):
@@ -44,6 +76,7 @@ def main():
                     help="blkbench jobs, comma-separated")
     ap.add_argument("--configs", default=",".join(CONFIGS),
                     help="configurations compared, comma-separated; plain first")
+    ap.add_argument("--transport", choices=["blk", "mmc"], default="blk")
     ap.add_argument("--dir", default="/dev/shm", help="tmpfs for the image and the logs")
     args = ap.parse_args()
     jobs = args.jobs.split(",")
@@ -52,7 +85,9 @@ def main():
         sys.exit(f"--configs: plain first, then some of {CONFIGS[1:]}")
     bench.log("building release binaries")
     subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "vhost-user-emmc",
-                    "-p", "blkbench"], cwd=ROOT, check=True)
+                    "-p", "blkbench", "-p", "virtio-mmc-driver"], cwd=ROOT, check=True)
+    if args.transport == "mmc":
+        return main_mmc(args, configs)
     workdir = tempfile.mkdtemp(prefix="vue-trace.", dir=args.dir)
     iops = {job: {c: [] for c in configs} for job in jobs}
     try:
@@ -87,6 +122,39 @@ def main():
         for config in configs[1:]:
             ratios = [t / p for t, p in zip(iops[job][config], plain)]
             print(f"| {job} | {statistics.median(plain):.0f} | {config} | "
+                  + " ".join(f"{x:.3f}" for x in ratios)
+                  + f" | {statistics.median(ratios):.3f} |")
+
+
+def main_mmc(args, configs):
+    workdir = tempfile.mkdtemp(prefix="vue-trace.", dir=args.dir)
+    rate = {}
+    try:
+        sock = os.path.join(workdir, "mmc.sock")
+        image = os.path.join(workdir, "card.img")
+        subprocess.run([EMMC, "image", "create", "--model", "ideal", image], check=True,
+                       stdout=subprocess.DEVNULL)
+        for r in range(args.rounds):
+            order = configs[r % len(configs):] + configs[:r % len(configs)]
+            for config in order:
+                rows = MmcDaemon(image, sock, extra(config, workdir)).run(args.seconds)
+                for row, v in rows.items():
+                    rate.setdefault(row, {c: [] for c in configs})[config].append(v)
+                bench.log(f"round {r + 1} {config}: "
+                          + ", ".join(f"{k} {v:.0f}/s" for k, v in rows.items()))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(f"# cost of tracing, virtio-mmc ({time.strftime('%Y-%m-%d %H:%M')}, "
+          f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}); serve --transport mmc "
+          f"--model ideal --timing off, virtio-mmc-bench {args.seconds:g} s per row, "
+          f"{args.rounds} alternating rounds\n")
+    print("| request | plain requests/s (median) | config | ratio per round | median ratio |")
+    print("|---|---|---|---|---|")
+    for row, by in rate.items():
+        plain = by["plain"]
+        for config in configs[1:]:
+            ratios = [t / p for t, p in zip(by[config], plain)]
+            print(f"| {row} | {statistics.median(plain):.0f} | {config} | "
                   + " ".join(f"{x:.3f}" for x in ratios)
                   + f" | {statistics.median(ratios):.3f} |")
 

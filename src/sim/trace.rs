@@ -79,8 +79,17 @@ struct Held {
 
 #[derive(Debug)]
 enum Line {
-    Request { op: Op, offset: u64, length: u64 },
+    Request {
+        op: Op,
+        offset: u64,
+        length: u64,
+    },
     Note(String),
+    /// An MMC command outside the format: `CMD<n> arg=0x<arg>`.
+    Command {
+        opcode: u8,
+        arg: u32,
+    },
 }
 
 impl PartialEq for Held {
@@ -164,6 +173,12 @@ impl<W: Write> TraceWriter<W> {
         self.hold(at, done, Line::Note(what.to_string()));
     }
 
+    /// An MMC command the format has no operation for, as the comment
+    /// `# <time_ns> CMD<n> arg=0x<arg> <completion_ns>` (the mmc transport's trace).
+    pub fn note_command(&mut self, at: Nanos, opcode: u8, arg: u32, done: Nanos) {
+        self.hold(at, done, Line::Command { opcode, arg });
+    }
+
     /// Lines held (recorded, not yet written).
     pub fn held(&self) -> usize {
         self.held.len()
@@ -197,6 +212,15 @@ impl<W: Write> TraceWriter<W> {
                     push_decimal(line, t);
                     line.push(b' ');
                     line.extend_from_slice(what.as_bytes());
+                }
+                Line::Command { opcode, arg } => {
+                    const HEX: &[u8; 16] = b"0123456789abcdef";
+                    line.extend_from_slice(b"# ");
+                    push_decimal(line, t);
+                    line.extend_from_slice(b" CMD");
+                    push_decimal(line, u64::from(*opcode));
+                    line.extend_from_slice(b" arg=0x");
+                    line.extend((0..8).rev().map(|k| HEX[(arg >> (4 * k)) as usize & 0xF]));
                 }
             }
             line.push(b' ');
@@ -313,6 +337,7 @@ mod tests {
         let mut w = TraceWriter::new(Vec::new(), 1_000, "test").unwrap();
         w.record(1_000, Op::Write, 4096, 8192, 90_000);
         w.note(2_000, "GET_ID", 3_000);
+        w.note_command(2_500, 13, 0x0001_0000, 2_600);
         w.record(5_000, Op::Flush, 0, 0, 6_000);
         w.record(7_000, Op::Discard, 0, 512, 9_000);
         w.flush().unwrap();
@@ -334,6 +359,10 @@ mod tests {
         let text = String::from_utf8(text).unwrap();
         assert!(text.contains("0 W 4096 8192 89000\n"), "{text}");
         assert!(text.contains("# 1000 GET_ID 2000\n"), "{text}");
+        assert!(
+            text.contains("# 1500 CMD13 arg=0x00010000 1600\n"),
+            "{text}"
+        );
     }
 
     /// Completion order is not arrival order; the file is in arrival order, and a line

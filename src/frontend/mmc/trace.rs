@@ -93,8 +93,7 @@ impl<W: Write> MmcTracer<W> {
     /// The request as a comment line.
     fn note(&mut self, t: &Traced<'_>) {
         let c = &t.req.hdr.cmd;
-        let what = format!("CMD{} arg=0x{:08x}", c.opcode, c.arg);
-        self.out.note(t.arrival, &what, t.done);
+        self.out.note_command(t.arrival, c.opcode, c.arg, t.done);
     }
 
     fn bytes(t: &Traced<'_>, address: u32) -> u64 {
@@ -133,7 +132,7 @@ impl<W: Write> MmcTracer<W> {
         let user = t.partition == Partition::User;
         let sbc = req.has(REQ_F_SBC).then_some(h.sbc.arg);
         let packed = sbc.is_some_and(|a| a & packed::CMD23_PACKED != 0);
-        let data = req.has(REQ_F_DATA) && h.blksz == 512;
+        let data = req.has(REQ_F_DATA) && h.blksz == 512 && h.blocks > 0;
         match opcode {
             17 | 18 | 24 | 25 if ok && user && data => {
                 let write = matches!(opcode, 24 | 25);
