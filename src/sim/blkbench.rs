@@ -11,6 +11,9 @@
 //! and stop reasons as seed 000 printed them, the driver's counters, the card's and the
 //! FTL's — as text or JSON.
 
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
 use serde::Serialize;
 
 use super::engine::Completed;
@@ -277,6 +280,16 @@ pub fn run_experiment_on<H: MmcHostOps, D: BlkData>(
     drv: &mut MmcBlk<H, D>,
     exp: &Experiment,
 ) -> WorkloadReport {
+    run_experiment_counted(drv, exp, None)
+}
+
+/// [`run_experiment_on`], counting the requests of a `Job` or `Replay` as they complete
+/// into `progress` (for a progress bar on another thread).
+pub fn run_experiment_counted<H: MmcHostOps, D: BlkData>(
+    drv: &mut MmcBlk<H, D>,
+    exp: &Experiment,
+    progress: Option<Arc<AtomicU64>>,
+) -> WorkloadReport {
     let t0 = drv.now();
     let size = drv.sectors();
     // Regions: the reader from the start of the user area, writers from a quarter in.
@@ -373,26 +386,16 @@ pub fn run_experiment_on<H: MmcHostOps, D: BlkData>(
         } => {
             let stream = Stream::new(op, pattern, bs, 0, size, count, seed);
             (
-                vec![Box::new(Feeder::new(
-                    "fio",
-                    4,
-                    Box::new(stream),
-                    qd,
-                    t0,
-                    true,
-                ))],
+                vec![Box::new(
+                    Feeder::new("fio", 4, Box::new(stream), qd, t0, true).counting(progress),
+                )],
                 24 * 3600 * SEC,
             )
         }
         Experiment::Replay { ref trace, qd, .. } => (
-            vec![Box::new(Feeder::new(
-                "replay",
-                5,
-                Box::new(trace.clone()),
-                qd,
-                t0,
-                false,
-            ))],
+            vec![Box::new(
+                Feeder::new("replay", 5, Box::new(trace.clone()), qd, t0, false).counting(progress),
+            )],
             24 * 3600 * SEC,
         ),
     };
@@ -449,9 +452,21 @@ pub fn run_experiment_with_faults(
     exp: &Experiment,
     faults: Option<crate::fault::FaultInjector>,
 ) -> Result<DriverReport, String> {
+    run_experiment_full(model, setup, exp, faults, None)
+}
+
+/// [`run_experiment_with_faults`], counting completed requests into `progress` as
+/// [`run_experiment_counted`] does.
+pub fn run_experiment_full(
+    model: &DeviceModel,
+    setup: &DriverSetup,
+    exp: &Experiment,
+    faults: Option<crate::fault::FaultInjector>,
+    progress: Option<Arc<AtomicU64>>,
+) -> Result<DriverReport, String> {
     let mut drv = driver(model, setup)?;
     drv.host_mut().sdhci.set_fault_injector(faults);
-    let w = run_experiment_on(&mut drv, exp);
+    let w = run_experiment_counted(&mut drv, exp, progress);
     let faults_injected = drv
         .host()
         .sdhci

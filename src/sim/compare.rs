@@ -11,12 +11,12 @@
 use std::fmt::Write as _;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
-use super::blkbench::{run_experiment, stop_name, DriverReport, DriverSetup, Experiment};
+use super::blkbench::{run_experiment_full, stop_name, DriverReport, DriverSetup, Experiment};
 use super::command::{driver_run, parse_size, PackingArg, SchedulerArg, SimulateArgs};
 use super::engine::Completed;
 use super::flashbench::format_ns;
@@ -392,8 +392,22 @@ fn experiment(args: &CompareArgs, first_model: &DeviceModel) -> Result<Experimen
     })
 }
 
-/// Run every model × policy. `progress` hears of every finished run.
-pub fn compare(args: &CompareArgs, progress: &(dyn Fn(&str) + Sync)) -> Result<Comparison, String> {
+/// How far a comparison has got, for a progress bar on another thread.
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// Runs to do and done.
+    pub runs: AtomicU64,
+    pub runs_done: AtomicU64,
+    /// Requests to do over all runs (0: the work has no request count, progress goes by
+    /// runs) and requests done.
+    pub requests: AtomicU64,
+    pub requests_done: Arc<AtomicU64>,
+    /// The last run finished.
+    pub last: Mutex<String>,
+}
+
+/// Run every model × policy, reporting into `progress` as runs go.
+pub fn compare(args: &CompareArgs, progress: &Progress) -> Result<Comparison, String> {
     let mut models = Vec::new();
     for name in &args.models {
         models.push(DeviceModel::load(name).map_err(|e| format!("model {name}: {e}"))?);
@@ -427,6 +441,15 @@ pub fn compare(args: &CompareArgs, progress: &(dyn Fn(&str) + Sync)) -> Result<C
         .collect();
     let results: Mutex<Vec<Option<Result<Run, String>>>> = Mutex::new(vec![None; cells.len()]);
     let next = AtomicUsize::new(0);
+    progress.runs.store(cells.len() as u64, Ordering::Relaxed);
+    let per_run = match &exp {
+        Experiment::Job { count, .. } => *count,
+        Experiment::Replay { trace, .. } => trace.len() as u64,
+        _ => 0,
+    };
+    progress
+        .requests
+        .store(per_run * cells.len() as u64, Ordering::Relaxed);
     let threads = args
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
@@ -437,12 +460,14 @@ pub fn compare(args: &CompareArgs, progress: &(dyn Fn(&str) + Sync)) -> Result<C
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(&(m, p)) = cells.get(i) else { break };
                 let (model, policy) = (&models[m], &policies[p]);
-                let run = run_experiment(model, &policy.setup, &exp)
+                let counter = Some(Arc::clone(&progress.requests_done));
+                let run = run_experiment_full(model, &policy.setup, &exp, None, counter)
                     .map(|r| run_record(&model.name, policy, r, threshold))
                     .map_err(|e| format!("{} · {}: {e}", model.name, policy.label));
-                let label = format!("{} · {}", model.name, policy.label);
                 results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(run);
-                progress(&label);
+                *progress.last.lock().unwrap_or_else(|e| e.into_inner()) =
+                    format!("{} · {}", model.name, policy.label);
+                progress.runs_done.fetch_add(1, Ordering::Relaxed);
             });
         }
     });
@@ -638,35 +663,56 @@ pub fn write_out(c: &Comparison, dir: &Path) -> Result<Vec<PathBuf>, String> {
     Ok(files)
 }
 
-/// `vhost-user-emmc compare`: run, print, write `--out`. A progress bar on a terminal.
+/// `vhost-user-emmc compare`: run, print, write `--out`. On a terminal, a progress bar
+/// on stderr counts requests (or runs, for work without a request count); elsewhere
+/// nothing is drawn.
 pub fn run_command(args: &CompareArgs) -> Result<String, String> {
-    let total = args.models.len().max(1) as u64
-        * policies(&args.policies, &DriverSetup::default())?.len() as u64;
-    let bar = if std::io::stderr().is_terminal() {
-        let bar = indicatif::ProgressBar::new(total);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{elapsed_precise} [{bar:30}] {pos}/{len} runs  {msg}",
-            )
-            .map_err(|e| e.to_string())?
-            .progress_chars("=> "),
-        );
-        bar.enable_steady_tick(std::time::Duration::from_millis(200));
-        bar
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
-    let progress = |label: &str| {
-        bar.set_message(format!("done: {label}"));
-        bar.inc(1);
-    };
-    let result = compare(args, &progress);
-    bar.finish_and_clear();
+    let progress = Progress::default();
+    let finished = std::sync::atomic::AtomicBool::new(false);
+    let result = std::thread::scope(|s| {
+        if std::io::stderr().is_terminal() {
+            s.spawn(|| draw_progress(&progress, &finished));
+        }
+        let r = compare(args, &progress);
+        finished.store(true, Ordering::Relaxed);
+        r
+    });
     let c = result?;
     if let Some(dir) = &args.out {
         write_out(&c, dir)?;
     }
     Ok(if args.json { c.to_json() } else { c.to_text() })
+}
+
+/// Redraw the progress bar from `progress` until `finished`.
+fn draw_progress(progress: &Progress, finished: &std::sync::atomic::AtomicBool) {
+    let style = indicatif::ProgressStyle::with_template(
+        "{elapsed_precise} [{bar:30}] {pos}/{len} {prefix}  {msg}",
+    )
+    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+    .progress_chars("=> ");
+    let bar = indicatif::ProgressBar::new(0).with_style(style);
+    while !finished.load(Ordering::Relaxed) {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        if progress.runs.load(Ordering::Relaxed) == 0 {
+            continue; // still loading models and the trace
+        }
+        let requests = progress.requests.load(Ordering::Relaxed);
+        if requests > 0 {
+            bar.set_prefix("requests");
+            bar.set_length(requests);
+            bar.set_position(progress.requests_done.load(Ordering::Relaxed));
+        } else {
+            bar.set_prefix("runs");
+            bar.set_length(progress.runs.load(Ordering::Relaxed));
+            bar.set_position(progress.runs_done.load(Ordering::Relaxed));
+        }
+        let last = progress.last.lock().map(|l| l.clone()).unwrap_or_default();
+        if !last.is_empty() {
+            bar.set_message(format!("last done: {last}"));
+        }
+    }
+    bar.finish_and_clear();
 }
 
 #[cfg(test)]

@@ -14,6 +14,9 @@
 //!   fits the page cache, so its dirty data all reaches the queue at the fsync, then the
 //!   flush; the rewrite writes the same sectors again.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
 use crate::host::blkdrv::BlkCompletion;
 use crate::host::packing::{BlkOp, BlkRequest};
 use crate::timing::Nanos;
@@ -436,11 +439,19 @@ pub struct Feeder {
     /// Writes are marked sync (O_DIRECT, as fio issues them); false: as a virtio-blk
     /// frontend hands them over (the daemon's requests).
     sync_writes: bool,
+    /// Counts finished requests for a progress bar on another thread.
+    progress: Option<Arc<AtomicU64>>,
     out: Outstanding,
     stats: ProcessStats,
 }
 
 impl Feeder {
+    /// Count every finished request into `progress`.
+    pub fn counting(mut self, progress: Option<Arc<AtomicU64>>) -> Feeder {
+        self.progress = progress;
+        self
+    }
+
     /// Feed `source` with `qd` slots from card time `origin`.
     pub fn new(
         name: &str,
@@ -459,6 +470,7 @@ impl Feeder {
             origin,
             free: vec![origin; qd.max(1)],
             sync_writes,
+            progress: None,
             out: Outstanding::default(),
             stats: ProcessStats::default(),
         }
@@ -531,6 +543,9 @@ impl Process for Feeder {
         self.stats.record(&done, c);
         for _ in &done {
             self.free.push(c.at);
+        }
+        if let Some(p) = &self.progress {
+            p.fetch_add(done.len() as u64, Ordering::Relaxed);
         }
     }
 

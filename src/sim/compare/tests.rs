@@ -1,5 +1,6 @@
 use super::*;
 use crate::host::packing::PackingMode;
+use crate::sim::blkbench::run_experiment;
 use crate::sim::trace::TraceWriter;
 
 fn args(argv: &[&str]) -> CompareArgs {
@@ -12,7 +13,9 @@ fn args(argv: &[&str]) -> CompareArgs {
     <Cli as clap::Parser>::try_parse_from(argv).unwrap().args
 }
 
-fn quiet(_: &str) {}
+fn quiet() -> Progress {
+    Progress::default()
+}
 
 #[test]
 fn every_combination_of_the_policies_runs_in_the_order_given() {
@@ -188,8 +191,8 @@ fn compare_runs_every_model_under_every_policy_and_shows_their_differences() {
         "--policy",
         "packing=off,always",
     ]);
-    let seen = Mutex::new(Vec::new());
-    let c = compare(&a, &|l: &str| seen.lock().unwrap().push(l.to_string())).unwrap();
+    let progress = Progress::default();
+    let c = compare(&a, &progress).unwrap();
     let labels: Vec<&str> = c.runs.iter().map(|r| r.label.as_str()).collect();
     assert_eq!(
         labels,
@@ -200,7 +203,17 @@ fn compare_runs_every_model_under_every_policy_and_shows_their_differences() {
             "msm-emmc45-sdr50 · packing=always",
         ]
     );
-    assert_eq!(seen.lock().unwrap().len(), 4, "progress heard of every run");
+    assert_eq!(progress.runs.load(Ordering::Relaxed), 4);
+    assert_eq!(
+        progress.runs_done.load(Ordering::Relaxed),
+        4,
+        "progress heard of every run"
+    );
+    assert_eq!(
+        progress.requests.load(Ordering::Relaxed),
+        0,
+        "lmdd has no request count"
+    );
     for r in &c.runs {
         assert_eq!(r.report.write.bytes, 4 << 20, "{}", r.label);
         assert_eq!(r.report.completed.len() as u64, r.report.write.ops);
@@ -252,7 +265,10 @@ fn models_differ_where_their_timing_does() {
         "--jobs",
         "1",
     ]);
-    let c = compare(&a, &quiet).unwrap();
+    let progress = Progress::default();
+    let c = compare(&a, &progress).unwrap();
+    assert_eq!(progress.requests.load(Ordering::Relaxed), 400);
+    assert_eq!(progress.requests_done.load(Ordering::Relaxed), 400);
     let (g, t) = (&c.runs[0].report.write, &c.runs[1].report.write);
     assert_eq!((g.ops, t.ops), (200, 200));
     // Toshiba has no cache: every 4 KiB write programs (milliseconds); the generic card
@@ -284,14 +300,14 @@ fn bad_arguments_are_errors_not_panics() {
         ],
         &["--models", "ideal", "--trace", "/nonexistent/trace"],
     ] {
-        assert!(compare(&args(argv), &quiet).is_err(), "{argv:?}");
+        assert!(compare(&args(argv), &quiet()).is_err(), "{argv:?}");
     }
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.trace");
     std::fs::write(&bad, "0 X 0 512\n").unwrap();
     let e = compare(
         &args(&["--models", "ideal", "--trace", bad.to_str().unwrap()]),
-        &quiet,
+        &quiet(),
     )
     .unwrap_err();
     assert!(e.contains("line 1"), "{e}");
