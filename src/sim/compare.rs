@@ -578,6 +578,26 @@ impl Comparison {
                 .max()
                 .map_or("—".into(), |k| k.to_string())
         });
+        // The packing histogram in buckets (the whole of it is in the JSON and the plot).
+        if runs.iter().any(|r| !r.report.write_packing.packed.is_empty()) {
+            for (lo, hi) in [(1, 1), (2, 4), (5, 16), (17, usize::MAX)] {
+                let name = match (lo, hi) {
+                    (1, 1) => "  packs of 1".to_string(),
+                    (lo, usize::MAX) => format!("  packs of {lo}+"),
+                    (lo, hi) => format!("  packs of {lo}–{hi}"),
+                };
+                row(&name, &|r| {
+                    r.report
+                        .write_packing
+                        .packed
+                        .iter()
+                        .filter(|&&(k, _)| (lo..=hi).contains(&k))
+                        .map(|&(_, v)| v)
+                        .sum::<u64>()
+                        .to_string()
+                });
+            }
+        }
         // Every stop reason any run saw, one row each.
         let mut reasons: Vec<_> = runs
             .iter()

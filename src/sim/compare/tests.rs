@@ -240,6 +240,7 @@ fn compare_runs_every_model_under_every_policy_and_shows_their_differences() {
         "GC time (ms)",
         "write amplification",
         "stop: reached max packed entries",
+        "packs of 17+",
     ] {
         assert!(text.contains(needle), "{needle:?} missing:\n{text}");
     }
