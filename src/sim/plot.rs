@@ -734,6 +734,7 @@ fn draw_legend<DB: DrawingBackend>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     const TITLE: &str = "lmdd-write 64 MiB";
     const LABEL_A: &str = "toshiba-mmc32g · packing=off";
@@ -888,6 +889,36 @@ mod tests {
         assert!(!svg(dir.path(), "latency-offset").contains("at most"));
     }
 
+    /// Points of each polyline drawn in colour `c` in `svg`.
+    fn polylines(svg: &str, c: RGBColor) -> Vec<usize> {
+        let stroke = format!("stroke=\"#{:02X}{:02X}{:02X}\"", c.0, c.1, c.2);
+        svg.lines()
+            .filter(|l| l.starts_with("<polyline") && l.contains(&stroke))
+            .filter_map(|l| l.split("points=\"").nth(1))
+            .map(|p| p.split_whitespace().take_while(|w| *w != "\"/>").count())
+            .collect()
+    }
+
+    #[test]
+    fn svgs_draw_a_line_of_each_run() {
+        let dir = tempfile::tempdir().unwrap();
+        write_plots(dir.path(), TITLE, &two_series()).unwrap();
+        let (cdf, throughput) = (
+            svg(dir.path(), "latency-cdf"),
+            svg(dir.path(), "throughput"),
+        );
+        for c in &PALETTE[..2] {
+            // Reads: one long solid line; writes: dashes of a few points each; legend
+            // marks: two points each.
+            let lines = polylines(&cdf, *c);
+            assert!(lines.iter().any(|&n| n > 50), "no read CDF in {c:?}");
+            let dashes = lines.iter().filter(|&&n| n > 2 && n < 50).count();
+            assert!(dashes > 10, "{dashes} dashes of the write CDF in {c:?}");
+            let steps = polylines(&throughput, *c);
+            assert!(steps.iter().any(|&n| n > 50), "no throughput line in {c:?}");
+        }
+    }
+
     /// The PNG's width and height from its IHDR chunk, after checking the signature.
     fn png_size(bytes: &[u8]) -> (u32, u32) {
         assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "not a PNG");
@@ -896,8 +927,9 @@ mod tests {
         (be(&bytes[16..20]), be(&bytes[20..24]))
     }
 
-    /// The distinct RGB colours of a PNG's pixels.
-    fn png_colours(bytes: &[u8]) -> std::collections::BTreeSet<[u8; 3]> {
+    /// The distinct RGB colours of a PNG's pixels: of the whole image, and of the chart
+    /// above the legend alone.
+    fn png_colours(bytes: &[u8]) -> (BTreeSet<[u8; 3]>, BTreeSet<[u8; 3]>) {
         let mut reader = png::Decoder::new(std::io::Cursor::new(bytes))
             .read_info()
             .unwrap();
@@ -905,10 +937,10 @@ mod tests {
         let info = reader.next_frame(&mut buf).unwrap();
         assert_eq!(info.color_type, png::ColorType::Rgb);
         assert_eq!(info.bit_depth, png::BitDepth::Eight);
-        buf[..info.buffer_size()]
-            .chunks_exact(3)
-            .map(|p| [p[0], p[1], p[2]])
-            .collect()
+        let pixels = &buf[..info.buffer_size()];
+        let colours = |b: &[u8]| b.chunks_exact(3).map(|p| [p[0], p[1], p[2]]).collect();
+        let chart = 3 * (info.width * CHART_HEIGHT) as usize;
+        (colours(pixels), colours(&pixels[..chart]))
     }
 
     #[test]
@@ -929,19 +961,27 @@ mod tests {
                 (WIDTH, CHART_HEIGHT + legend_height(entries)),
                 "{name}.png"
             );
-            let colours = png_colours(&bytes);
+            let (colours, chart) = png_colours(&bytes);
             // White, black text, grey grid, anti-aliasing: far more than a blank image.
             assert!(
                 colours.len() > 20,
                 "{name}.png has {} colours",
                 colours.len()
             );
-            // The first run has no packing histogram, so no bar.
+            // Each run's data is drawn in the chart, not only its mark in the legend; the
+            // first run has no packing histogram, so no bar.
             let runs = if name == "packing" { 1..2 } else { 0..2 };
             for c in &PALETTE[runs] {
                 assert!(
-                    colours.contains(&[c.0, c.1, c.2]),
-                    "{name}.png lacks the colour {c:?}"
+                    chart.contains(&[c.0, c.1, c.2]),
+                    "{name}.png has no data in the colour {c:?}"
+                );
+            }
+            if name == "packing" {
+                let c = PALETTE[0];
+                assert!(
+                    !chart.contains(&[c.0, c.1, c.2]),
+                    "packing.png: a bar of run 0"
                 );
             }
         }
