@@ -105,8 +105,9 @@ const THROUGHPUT_BINS: u64 = 100;
 const MIN_BIN_NS: u64 = 1_000_000;
 /// The scatter plot shows at most this many requests of one run...
 const SCATTER_MAX_PER_SERIES: usize = 20_000;
-/// ...and at most this many over all runs, which bounds the SVG to a few MB.
-const SCATTER_BUDGET: usize = 60_000;
+/// ...and at most this many over all runs, which bounds the SVG to about 5 MB (about
+/// 115 bytes a point).
+const SCATTER_BUDGET: usize = 40_000;
 
 /// Colour of the minor grid lines: they guide the eye without competing with the data.
 const LIGHT_GRID: RGBColor = RGBColor(238, 238, 238);
@@ -474,6 +475,25 @@ fn tick(v: f64) -> String {
     }
 }
 
+/// The caption's font: 28 px, or smaller down to 14 px until `caption` fits the width of
+/// `area` (a longer one is clipped at 14 px).
+fn caption_font<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    caption: &str,
+) -> Result<FontDesc<'static>, String> {
+    let room = area.dim_in_pixel().0.saturating_sub(24);
+    for size in (15..=28).rev() {
+        let font = (FONT, size).into_font();
+        let (w, _) = area
+            .estimate_text_size(caption, &TextStyle::from(font.clone()))
+            .map_err(message)?;
+        if w <= room {
+            return Ok(font);
+        }
+    }
+    Ok((FONT, 14).into_font())
+}
+
 fn draw<DB: DrawingBackend>(
     plot: Plot,
     root: &DrawingArea<DB, Shift>,
@@ -499,7 +519,7 @@ fn draw_cdf<DB: DrawingBackend>(
 ) -> Result<(), String> {
     let (lo, hi) = data.latency_range;
     let mut chart = ChartBuilder::on(area)
-        .caption(caption, (FONT, 28))
+        .caption(caption, caption_font(area, caption)?)
         .margin(12)
         .margin_right(40)
         .x_label_area_size(56)
@@ -541,7 +561,7 @@ fn draw_throughput<DB: DrawingBackend>(
         1.0
     };
     let mut chart = ChartBuilder::on(area)
-        .caption(caption, (FONT, 28))
+        .caption(caption, caption_font(area, caption)?)
         .margin(12)
         .margin_right(40)
         .x_label_area_size(56)
@@ -582,7 +602,7 @@ fn draw_scatter<DB: DrawingBackend>(
     };
     let (lo, hi) = data.latency_range;
     let mut chart = ChartBuilder::on(area)
-        .caption(caption, (FONT, 28))
+        .caption(&caption, caption_font(area, &caption)?)
         .margin(12)
         .margin_right(40)
         .x_label_area_size(56)
@@ -635,7 +655,9 @@ fn draw_packing<DB: DrawingBackend>(
         .filter(|(_, s)| !s.packing.is_empty())
         .collect();
     if packed.is_empty() {
-        area.titled(caption, (FONT, 28)).map_err(message)?;
+        let area = area.margin(12, 0, 0, 0);
+        area.titled(caption, caption_font(&area, caption)?)
+            .map_err(message)?;
         let (w, h) = area.dim_in_pixel();
         let note = TextStyle::from((FONT, 22).into_font())
             .pos(Pos::new(HPos::Center, VPos::Center))
@@ -653,7 +675,7 @@ fn draw_packing<DB: DrawingBackend>(
     let kmax = all().map(|&(k, _)| k).max().unwrap_or(1);
     let top = all().map(|&(_, n)| n).max().unwrap_or(0).max(1) as f64 * 1.1;
     let mut chart = ChartBuilder::on(area)
-        .caption(caption, (FONT, 28))
+        .caption(caption, caption_font(area, caption)?)
         .margin(12)
         .margin_right(40)
         .x_label_area_size(56)
@@ -1087,6 +1109,23 @@ mod tests {
             .map(latency_us)
             .fold(f64::INFINITY, f64::min);
         assert_eq!(cdf_points(&series, false)[0].0, fastest_read);
+    }
+
+    #[test]
+    fn a_long_caption_shrinks_to_fit() {
+        load_font().unwrap();
+        let mut buf = vec![0; (WIDTH * CHART_HEIGHT * 3) as usize];
+        let area = BitMapBackend::with_buffer(&mut buf, (WIDTH, CHART_HEIGHT)).into_drawing_area();
+        let size = |text: &str| caption_font(&area, text).unwrap().get_size();
+        assert_eq!(size("lmdd-write 64 MiB — latency CDF"), 28.0);
+        let long = "flashbench open-au write over 16 MiB, toshiba-mmc32g and sandisk-sdin5 \
+                    — latency against offset (at most 20000 requests of a run shown)";
+        let fitted = caption_font(&area, long).unwrap();
+        assert!(fitted.get_size() < 28.0);
+        let (w, _) = area
+            .estimate_text_size(long, &TextStyle::from(fitted))
+            .unwrap();
+        assert!(w <= WIDTH - 24, "{w} px wide");
     }
 
     /// Not a check: renders the two synthetic runs into `$PLOT_SAMPLE_DIR` to look at, with
