@@ -278,6 +278,8 @@ struct Prepared<'a> {
     cdf: Vec<[Vec<(f64, f64)>; 2]>,
     /// Per run: throughput steps (s, MB/s).
     throughput: Vec<Vec<(f64, f64)>>,
+    /// Width of a throughput bin, ns.
+    bin_ns: u64,
     /// End of the time axis, s.
     time_end_s: f64,
     /// Highest throughput of any bin, MB/s.
@@ -345,6 +347,7 @@ impl<'a> Prepared<'a> {
             latency_range,
             cdf,
             throughput,
+            bin_ns,
             time_end_s: (bins * bin_ns) as f64 / 1e9,
             throughput_max,
             scatter,
@@ -568,9 +571,13 @@ fn draw_throughput<DB: DrawingBackend>(
         .y_label_area_size(80)
         .build_cartesian_2d(0f64..data.time_end_s, 0f64..top)
         .map_err(message)?;
+    let x_desc = format!(
+        "card time (s), in bins of {} ms",
+        tick(data.bin_ns as f64 / 1e6)
+    );
     chart
         .configure_mesh()
-        .x_desc("card time (s)")
+        .x_desc(x_desc)
         .y_desc("throughput (MB/s, 10⁶ bytes/s)")
         .x_label_formatter(&|v| tick(*v))
         .y_label_formatter(&|v| tick(*v))
@@ -692,7 +699,7 @@ fn draw_packing<DB: DrawingBackend>(
     chart
         .configure_mesh()
         .disable_x_mesh()
-        .x_labels((kmax - kmin + 2).min(40))
+        .x_labels((kmax - kmin).saturating_add(2).min(40))
         .x_desc("requests per packed command")
         .y_desc("packed commands")
         .x_label_formatter(&integer)
@@ -874,7 +881,8 @@ mod tests {
                 "throughput",
                 vec![
                     "lmdd-write 64 MiB — throughput",
-                    "card time (s)",
+                    // The longer run ends after 2.09 s: 100 bins of 20.9 ms.
+                    "card time (s), in bins of 20.9 ms",
                     "throughput (MB/s, 10⁶ bytes/s)",
                     LABEL_A,
                     LABEL_B,
