@@ -10,6 +10,7 @@ pub mod device;
 pub mod engine;
 pub mod flashbench;
 pub mod histogram;
+pub mod plot;
 pub mod powercut;
 pub mod procs;
 pub mod report;
