@@ -20,6 +20,7 @@ use super::blkbench::{run_experiment_full, stop_name, DriverReport, DriverSetup,
 use super::command::{driver_run, parse_size, PackingArg, SchedulerArg, SimulateArgs};
 use super::engine::Completed;
 use super::flashbench::format_ns;
+use super::plot;
 use super::report::LatencySummary;
 use super::trace::Trace;
 use super::workload::{Op, Pattern};
@@ -579,7 +580,10 @@ impl Comparison {
                 .map_or("—".into(), |k| k.to_string())
         });
         // The packing histogram in buckets (the whole of it is in the JSON and the plot).
-        if runs.iter().any(|r| !r.report.write_packing.packed.is_empty()) {
+        if runs
+            .iter()
+            .any(|r| !r.report.write_packing.packed.is_empty())
+        {
             for (lo, hi) in [(1, 1), (2, 4), (5, 16), (17, usize::MAX)] {
                 let name = match (lo, hi) {
                     (1, 1) => "  packs of 1".to_string(),
@@ -671,7 +675,32 @@ impl Comparison {
     }
 }
 
-/// Write `compare.txt`, `compare.json` and the plots into `dir`; returns the files.
+/// The runs as the plots take them: every completed read and write, and the packing
+/// histogram.
+pub fn plot_series(c: &Comparison) -> Vec<plot::Series> {
+    c.runs
+        .iter()
+        .map(|r| plot::Series {
+            label: r.label.clone(),
+            samples: r
+                .report
+                .completed
+                .iter()
+                .map(|d| plot::Sample {
+                    submit_ns: d.submitted,
+                    complete_ns: d.completed,
+                    offset: d.lba * 512,
+                    len: d.sectors.saturating_mul(512),
+                    write: d.write,
+                })
+                .collect(),
+            packing: r.report.write_packing.packed.clone(),
+        })
+        .collect()
+}
+
+/// Write `compare.txt`, `compare.json` and the plots (PNG and SVG) into `dir`; returns
+/// the files.
 pub fn write_out(c: &Comparison, dir: &Path) -> Result<Vec<PathBuf>, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut files = Vec::new();
@@ -679,6 +708,14 @@ pub fn write_out(c: &Comparison, dir: &Path) -> Result<Vec<PathBuf>, String> {
         let path = dir.join(name);
         std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
         files.push(path);
+    }
+    match plot::write_plots(dir, &c.workload, &plot_series(c)) {
+        Ok(plots) => files.extend(plots),
+        // Nothing completed (every request failed, say): the table says so; no plots.
+        Err(plot::PlotError::NoSamples) => {
+            log::warn!("compare: no request completed, so no plots");
+        }
+        Err(e) => return Err(format!("plots: {e}")),
     }
     Ok(files)
 }

@@ -336,6 +336,48 @@ fn out_writes_the_table_and_the_json() {
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("compare.json")).unwrap()).unwrap();
     assert_eq!(json["runs"][0]["read"]["ops"], 50);
+    for plot in ["latency-cdf", "throughput", "latency-offset", "packing"] {
+        for ext in ["png", "svg"] {
+            let f = out.join(format!("{plot}.{ext}"));
+            assert!(
+                std::fs::metadata(&f).unwrap().len() > 500,
+                "{}",
+                f.display()
+            );
+        }
+    }
+    let svg = std::fs::read_to_string(out.join("latency-cdf.svg")).unwrap();
+    assert!(
+        svg.contains("ideal · packing=off"),
+        "the legend names model and policy"
+    );
+}
+
+#[test]
+fn the_plots_get_every_completed_request_of_every_run() {
+    let a = args(&[
+        "--models",
+        "generic-emmc45,toshiba-mmc32g",
+        "--workload",
+        "rand-write",
+        "--count",
+        "100",
+        "--qd",
+        "4",
+        "--policy",
+        "packing=always",
+    ]);
+    let c = compare(&a, &quiet()).unwrap();
+    let series = plot_series(&c);
+    assert_eq!(series.len(), 2);
+    for (s, r) in series.iter().zip(&c.runs) {
+        assert_eq!(s.label, r.label);
+        assert_eq!(s.samples.len(), 100);
+        assert!(s.samples.iter().all(|x| x.write && x.len == 4096));
+        assert!(s.samples.iter().all(|x| x.complete_ns > x.submit_ns));
+        assert_eq!(s.packing, r.report.write_packing.packed);
+    }
+    assert!(!series[1].packing.is_empty(), "toshiba packs queued writes");
 }
 
 /// A replay submits each request at its trace time, or when one of `qd` slots frees.
