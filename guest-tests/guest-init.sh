@@ -58,6 +58,9 @@ while [ ! -b "$GT_DEV" ]; do
     sleep 0.1
 done
 say "$GT_DEV: $(cat "/sys/class/block/${GT_DEV##*/}/size") sectors of 512 B"
+# The queue limits decide how the block layer splits fio's I/Os into requests.
+q=/sys/block/${GT_DEV##*/}/queue
+say "$GT_DEV queue: max_sectors_kb $(cat "$q/max_sectors_kb") max_hw_sectors_kb $(cat "$q/max_hw_sectors_kb") max_segments $(cat "$q/max_segments") max_segment_size $(cat "$q/max_segment_size")"
 
 echo "@@GT-BEGIN@@" >&3
 cd /tmp || fail "no /tmp"
