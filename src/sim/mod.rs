@@ -5,6 +5,7 @@
 
 pub mod blkbench;
 pub mod command;
+pub mod compare;
 pub mod device;
 pub mod engine;
 pub mod flashbench;
