@@ -53,9 +53,11 @@ class FidelityError(Exception):
 
 
 def simulator_command(binary, model, trace, qd=REPLAY_QD):
-    """The simulator run that replays `trace` on a fresh card of `model`."""
-    return [binary, "simulate", "--model", model, "--workload", "trace",
-            "--trace", trace, "--qd", str(qd), "--json"]
+    """The simulator run that replays `trace` on a fresh card of `model`: through the
+    MMC block driver with serve's defaults (noop scheduler, packing off), each request
+    submitted at its trace time."""
+    return [binary, "compare", "--models", model, "--trace", trace, "--qd", str(qd),
+            "--json"]
 
 
 def simulator_figures(doc, model):

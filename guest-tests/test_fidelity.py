@@ -19,7 +19,7 @@ _spec = importlib.util.spec_from_file_location("fidelity", os.path.join(HERE, "f
 fidelity = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fidelity)
 
-# Stands in for `vhost-user-emmc simulate ... --json` (or `compare`): replays nothing,
+# Stands in for `vhost-user-emmc compare ... --json` (or `simulate`): replays nothing,
 # reports what FAKE_SIM (JSON) says for the trace it was given, and keeps a copy of
 # that trace for the test to look at.
 FAKE_SIM = textwrap.dedent("""\
@@ -27,7 +27,8 @@ FAKE_SIM = textwrap.dedent("""\
     import json, os, shutil, sys
     args = sys.argv[1:]
     trace = args[args.index("--trace") + 1]
-    model = args[args.index("--model") + 1] if "--model" in args else None
+    flag = "--models" if "--models" in args else "--model"
+    model = args[args.index(flag) + 1]
     cfg = json.loads(os.environ["FAKE_SIM"])
     if cfg.get("fail"):
         print("simulate: the trace is broken", file=sys.stderr)
@@ -41,7 +42,7 @@ FAKE_SIM = textwrap.dedent("""\
     out = {d: {"ops": ops[d], "bytes": 0, "mb_per_s": cfg["mb_per_s"], "iops": 0,
                "mean_us": 0, "p50_us": cfg["p50_us"], "p99_us": 0, "p999_us": 0,
                "max_us": 0} for d in ops}
-    if cfg.get("shape") == "compare":
+    if cfg.get("shape", "compare") == "compare":
         out = {"runs": [{"model": "other", "read": None, "write": None},
                         {"model": model, "policy": "packing=off", **out}]}
     print(json.dumps(out))
@@ -199,11 +200,16 @@ class Fidelity(unittest.TestCase):
         self.assertEqual(rc, 1, out)
         self.assertIn("fio did 2621440", out)
 
-    def test_compare_output_is_read_per_model(self):
+    def test_simulate_output_is_read_too(self):
+        # `simulate --workload trace --json` has read and write at the top level.
         d = self.guest_run("g", [self.seqwrite()], BOOT + WRITES)
         rc, out = self.compare([("generic-emmc45", d)],
-                               {"mb_per_s": 25.0, "p50_us": 18500, "shape": "compare"})
+                               {"mb_per_s": 25.0, "p50_us": 18500, "shape": "simulate"})
         self.assertEqual(rc, 0, out)
+
+    def test_a_compare_output_without_the_model_fails(self):
+        with self.assertRaises(fidelity.FidelityError):
+            fidelity.simulator_figures({"runs": [{"model": "ideal"}]}, "generic-emmc45")
 
     def test_a_simulator_failure_fails(self):
         d = self.guest_run("g", [self.seqwrite()], BOOT + WRITES)
