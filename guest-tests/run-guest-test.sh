@@ -173,7 +173,7 @@ faults)
 fidelity)
     # Simulated vs measured: large sequential requests and small random ones at queue
     # depth 1 (guest-tests/sim-vs-guest.sh runs each in a boot of its own).
-    GT=([GT_JOBS]="fidelity-seqwrite,fidelity-seqread,fidelity-randwrite,fidelity-randwrite-256k,fidelity-randread"
+    GT=([GT_JOBS]="fidelity-seqwrite,fidelity-seqread,fidelity-randwrite,fidelity-randwrite-512k,fidelity-randread"
         [GT_FID_SEQ_SIZE]=128m [GT_FID_RAND_IOS]=400 [GT_FID_RAND_BIG_IOS]=128 [GT_HUGEPAGES]=16)
     : "${TIMEOUT:=300}"
     ;;

@@ -74,10 +74,10 @@ done
 # card time there (see the job files).
 declare -A JOBS=(
     [generic-emmc45]="fidelity-seqwrite fidelity-seqread fidelity-randwrite"
-    [toshiba-mmc32g]="fidelity-seqwrite fidelity-seqread fidelity-randwrite-256k fidelity-randwrite"
+    [toshiba-mmc32g]="fidelity-seqwrite fidelity-seqread fidelity-randwrite-512k fidelity-randwrite"
 )
 INFO=(--info 'ideal:*' --info '*:fid-randread-4k' --info '*:fid-randwrite-4k')
-# Sizes: 128 sequential 1 MiB requests, 128 random 256 KiB ones, 400 random 4 KiB ones.
+# Sizes: 128 sequential 1 MiB requests, 128 random 512 KiB ones, 400 random 4 KiB ones.
 # fio's bandwidth counts from its own start, and the guest's first I/O under TCG reaches
 # the daemon up to 60 ms later (code translated for the first time, the buffer's huge
 # page faulted in); the simulator counts from the first request's arrival. With 32
