@@ -211,6 +211,21 @@ class Fidelity(unittest.TestCase):
         with self.assertRaises(fidelity.FidelityError):
             fidelity.simulator_figures({"runs": [{"model": "ideal"}]}, "generic-emmc45")
 
+    def test_a_mixed_job_is_refused(self):
+        doc = self.seqwrite()
+        doc["jobs"][0]["job options"]["rw"] = "randrw"
+        d = self.guest_run("g", [doc], BOOT + WRITES)
+        rc, out = self.compare([("generic-emmc45", d)], {"mb_per_s": 25.0, "p50_us": 18500})
+        self.assertEqual(rc, 1, out)
+        self.assertIn("only one direction per job compares", out)
+
+    def test_a_run_without_a_trace_fails(self):
+        d = self.guest_run("g", [self.seqwrite()], BOOT + WRITES)
+        os.remove(os.path.join(d, "serve.trace"))
+        rc, out = self.compare([("generic-emmc45", d)], {"mb_per_s": 25.0, "p50_us": 18500})
+        self.assertEqual(rc, 1, out)
+        self.assertIn("serve.trace", out)
+
     def test_a_simulator_failure_fails(self):
         d = self.guest_run("g", [self.seqwrite()], BOOT + WRITES)
         rc, out = self.compare([("generic-emmc45", d)], {"fail": True})
