@@ -35,6 +35,10 @@ Options:
   --no-install       never call apt-get
   -h, --help         this text
 
+Environment: GUEST_IMAGE_DIR where the disk images go (default /dev/shm: the
+daemon syncs every durable write, and a slow fdatasync makes its completions late);
+RUST_LOG for the daemon (default info: its pacing lateness is printed per boot).
+
 Exit status: 0 every checked figure agrees, 1 a figure differs or a run failed,
 2 usage or setup error.
 EOF
