@@ -52,9 +52,16 @@ if [[ $guest == 1 ]]; then
     # the host driver recovers from, the durable data intact.
     echo "== guest boot-and-fio: injected faults and a power cut (generic-emmc45)"
     guest-tests/run-guest-test.sh --quiet --no-build --jobs faults
+    # Simulated vs measured (docs/fidelity.md): fio's bandwidth and p50 in the guest
+    # against the simulator's replay of the daemon's trace, both models, within 10%.
+    # Eight guest boots, about 2.5 minutes.
+    echo "== guest simulated vs measured: generic-emmc45, toshiba-mmc32g (±10%)"
+    guest-tests/sim-vs-guest.sh --no-build
 fi
 
 echo "== guest-tests/test_parse_fio.py"
 python3 guest-tests/test_parse_fio.py
+echo "== guest-tests/test_fidelity.py"
+python3 guest-tests/test_fidelity.py
 
 echo "ci/test.sh: all passed"

@@ -7,6 +7,7 @@
 # hands to /init as environment variables:
 #   GT_JOBS         job files to run, comma separated, without ".fio"
 #   GT_DEV          the disk (default /dev/vda)
+#   GT_HUGEPAGES    reserve this many 2 MiB huge pages (for fio's mem=shmhuge)
 #   GT_*            sizes and runtimes that the job files use as ${GT_...}
 #
 # The console (ttyS0) shows progress. Results go to the second serial port
@@ -58,6 +59,15 @@ while [ ! -b "$GT_DEV" ]; do
     sleep 0.1
 done
 say "$GT_DEV: $(cat "/sys/class/block/${GT_DEV##*/}/size") sectors of 512 B"
+# The queue limits decide how the block layer splits fio's I/Os into requests.
+q=/sys/block/${GT_DEV##*/}/queue
+say "$GT_DEV queue: max_sectors_kb $(cat "$q/max_sectors_kb") max_hw_sectors_kb $(cat "$q/max_hw_sectors_kb") max_segments $(cat "$q/max_segments") max_segment_size $(cat "$q/max_segment_size")"
+
+# Huge pages for fio's buffers (mem=shmhuge in the fidelity jobs), when asked for.
+if [ -n "${GT_HUGEPAGES:-}" ]; then
+    echo "$GT_HUGEPAGES" >/proc/sys/vm/nr_hugepages
+    say "huge pages: $(cat /proc/sys/vm/nr_hugepages) of 2 MiB"
+fi
 
 echo "@@GT-BEGIN@@" >&3
 cd /tmp || fail "no /tmp"

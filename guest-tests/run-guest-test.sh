@@ -35,12 +35,15 @@ Options (environment variable in brackets):
                               qemu-storage-daemon on a raw file [GUEST_BACKEND]
   --model M                   device model for the emmc backend
                               (default generic-emmc45) [GUEST_MODEL]
-  --jobs quick|full|faults    fio job set: quick (CI, about 1 min of fio),
-                              full (larger, adds queue depth 8), or faults
+  --jobs quick|full|faults|fidelity
+                              fio job set: quick (CI, about 1 min of fio),
+                              full (larger, adds queue depth 8), faults
                               (data CRC errors and a power cut injected through
                               the daemon's control socket while fio runs; fio
-                              must report EIO and the durable data survive)
-                              [GUEST_JOBS]
+                              must report EIO and the durable data survive), or
+                              fidelity (the jobs guest-tests/sim-vs-guest.sh
+                              compares with the simulator, all in one boot;
+                              that script runs them one per boot) [GUEST_JOBS]
   --expect-min-write-lat-us N fail if any fio write completes faster than N us
                               (derive N from the model; 0 = no check)
                               [GUEST_EXPECT_MIN_WRITE_LAT_US]
@@ -51,6 +54,10 @@ Options (environment variable in brackets):
   --image-cmd TEMPLATE        command that creates the disk image (same
                               placeholders, plus @SIZE@) [GUEST_IMAGE_CMD]
   --image-size SIZE           raw image size for qsd (default 1G) [GUEST_IMAGE_SIZE]
+  --image-dir DIR             put the disk image in DIR instead of the run
+                              directory, e.g. /dev/shm: on a file system where
+                              fdatasync is slow the daemon's syncs of durable
+                              writes delay its completions [GUEST_IMAGE_DIR]
   --bin PATH                  vhost-user-emmc binary (default: the repo's
                               target/release build) [VHOST_USER_EMMC]
   --no-build                  do not run cargo build --release first
@@ -65,6 +72,9 @@ Options (environment variable in brackets):
   --no-install                never call apt-get; fail if something is missing
                               [GUEST_NO_INSTALL=1]
   --summary-json FILE         also write the parsed results as JSON
+  --save DIR                  copy the results port's log (data.log), the
+                              daemon's trace (serve.trace, emmc backend) and
+                              the console log into DIR, pass or fail
   --keep                      keep the run directory (logs, image) on success
   --quiet                     do not stream the guest console
   -h, --help                  this text
@@ -89,6 +99,7 @@ EXPECT_READ_US=${GUEST_EXPECT_MIN_READ_LAT_US:-0}
 BACKEND_CMD=${GUEST_BACKEND_CMD:-}
 IMAGE_CMD=${GUEST_IMAGE_CMD:-}
 IMAGE_SIZE=${GUEST_IMAGE_SIZE:-1G}
+IMAGE_DIR=${GUEST_IMAGE_DIR:-}
 BIN=${VHOST_USER_EMMC:-$REPO/target/release/vhost-user-emmc}
 BUILD=1
 TIMEOUT=${GUEST_TIMEOUT:-}
@@ -96,6 +107,7 @@ CACHE=${GUEST_CACHE:-$HERE/work}
 INSTALL=1
 [[ ${GUEST_NO_INSTALL:-0} == 1 ]] && INSTALL=0
 SUMMARY_JSON=
+SAVE_DIR=
 KEEP=0
 QUIET=0
 KERNEL_PKG=${GUEST_KERNEL_PKG:-$KERNEL_PKG_PINNED}
@@ -115,6 +127,7 @@ while [[ $# -gt 0 ]]; do
     --backend-cmd) need_arg "$@"; BACKEND_CMD=$2; shift 2 ;;
     --image-cmd) need_arg "$@"; IMAGE_CMD=$2; shift 2 ;;
     --image-size) need_arg "$@"; IMAGE_SIZE=$2; shift 2 ;;
+    --image-dir) need_arg "$@"; IMAGE_DIR=$2; shift 2 ;;
     --bin) need_arg "$@"; BIN=$2; shift 2 ;;
     --no-build) BUILD=0; shift ;;
     --qemu) need_arg "$@"; QEMU=$2; shift 2 ;;
@@ -123,6 +136,7 @@ while [[ $# -gt 0 ]]; do
     --cache) need_arg "$@"; CACHE=$2; shift 2 ;;
     --no-install) INSTALL=0; shift ;;
     --summary-json) need_arg "$@"; SUMMARY_JSON=$2; shift 2 ;;
+    --save) need_arg "$@"; SAVE_DIR=$2; shift 2 ;;
     --keep) KEEP=1; shift ;;
     --quiet) QUIET=1; shift ;;
     -h | --help) usage; exit 0 ;;
@@ -156,7 +170,14 @@ faults)
     : "${TIMEOUT:=200}"
     [[ $BACKEND == emmc ]] || die "--jobs faults needs the emmc backend (its control socket)"
     ;;
-*) die "--jobs must be quick, full or faults, not '$JOBSET'" ;;
+fidelity)
+    # Simulated vs measured: large sequential requests and small random ones at queue
+    # depth 1 (guest-tests/sim-vs-guest.sh runs each in a boot of its own).
+    GT=([GT_JOBS]="fidelity-seqwrite,fidelity-seqread,fidelity-randwrite,fidelity-randwrite-512k,fidelity-randread"
+        [GT_FID_SEQ_SIZE]=128m [GT_FID_RAND_IOS]=400 [GT_FID_RAND_BIG_IOS]=128 [GT_HUGEPAGES]=16)
+    : "${TIMEOUT:=300}"
+    ;;
+*) die "--jobs must be quick, full, faults or fidelity, not '$JOBSET'" ;;
 esac
 for kv in "${FIO_VARS[@]}"; do
     [[ $kv =~ ^(GT_[A-Z0-9_]+)=([A-Za-z0-9_,.:/+-]+)$ ]] ||
@@ -369,6 +390,8 @@ build_initramfs() {
 QEMU_PID=
 BACKEND_PID=
 WORK=
+IMAGE=
+IMAGE_TMPDIR=
 # True while PID is a running (not zombie) process.
 alive() {
     local stat
@@ -393,8 +416,9 @@ stop_pid() {
 # Deleting the image can take seconds after a run that wrote a lot (the host
 # file system settles the written data), so runs do it before the final timing.
 remove_image() {
-    [[ $KEEP == 0 && -n $WORK ]] || return 0
-    rm -f "$WORK"/disk.img "$WORK"/disk.img.*
+    [[ $KEEP == 0 && -n $IMAGE ]] || return 0
+    rm -f "$IMAGE" "$IMAGE".*
+    [[ -z $IMAGE_TMPDIR ]] || rmdir "$IMAGE_TMPDIR" 2>/dev/null || true
 }
 # shellcheck disable=SC2317 # invoked by the EXIT trap
 cleanup() {
@@ -406,6 +430,7 @@ cleanup() {
     if [[ -n $WORK && -d $WORK ]]; then
         if [[ $KEEP == 1 ]]; then
             warn "run directory kept: $WORK"
+            [[ -z $IMAGE_TMPDIR ]] || warn "image kept: $IMAGE"
         else
             remove_image
             if [[ $rc == 0 ]]; then
@@ -525,6 +550,10 @@ SOCK=$WORK/vhost.sock
 # The daemon's control socket (faults, power cuts, statistics).
 CONTROL=$WORK/control.sock
 IMAGE=$WORK/disk.img
+if [[ -n $IMAGE_DIR ]]; then
+    IMAGE_TMPDIR=$(mktemp -d "$IMAGE_DIR/guest-test-image.XXXXXX") || die "cannot create a directory in $IMAGE_DIR"
+    IMAGE=$IMAGE_TMPDIR/disk.img
+fi
 CONSOLE=$WORK/console.log
 DATA=$WORK/data.log
 BACKEND_LOG=$WORK/backend.log
@@ -664,6 +693,13 @@ parse=(python3 "$HERE/parse-fio.py" "$DATA" --jobs "${GT[GT_JOBS]}"
 [[ -s $TRACE ]] && parse+=(--model-trace "$TRACE")
 parse_rc=0
 "${parse[@]}" || parse_rc=$?
+if [[ -n $SAVE_DIR ]]; then
+    mkdir -p "$SAVE_DIR"
+    cp "$DATA" "$SAVE_DIR/data.log"
+    tr -d '\r' <"$CONSOLE" >"$SAVE_DIR/console.log"
+    [[ ! -f $TRACE ]] || cp "$TRACE" "$SAVE_DIR/serve.trace"
+    log "saved data.log, console.log$([[ -f $TRACE ]] && echo ', serve.trace') in $SAVE_DIR"
+fi
 
 echo
 if [[ $parse_rc != 0 || ${#failures[@]} -gt 0 ]]; then

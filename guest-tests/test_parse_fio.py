@@ -78,6 +78,18 @@ class ParseFio(unittest.TestCase):
                                  extra=["--expect-min-write-lat-us", "5000"])
         self.assertEqual(rc, 1, out)
 
+    def test_boot_reads_in_the_trace_need_no_reads_in_fio(self):
+        # A write-only job set: the trace's only reads are the boot's partition scan.
+        trace = "1000 R 0 4096 200000\n5000000 W 0 4096 5200000\n"
+        rc, out = self.run_parse(data_log(fio_doc(250_000)), trace)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("the model's read floor checks nothing", out)
+        # A read floor asked for by hand still needs reads to check.
+        rc, out = self.run_parse(data_log(fio_doc(250_000)), trace,
+                                 extra=["--expect-min-read-lat-us", "100"])
+        self.assertEqual(rc, 1, out)
+        self.assertIn("no reads to check the read latency against", out)
+
     def test_io_errors_and_kernel_complaints_fail(self):
         rc, out = self.run_parse(data_log(fio_doc(250_000, error=5)))
         self.assertEqual(rc, 1, out)

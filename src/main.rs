@@ -46,6 +46,10 @@ enum Commands {
     /// Run a workload against a card model in card time (no sleeping, no data) and report
     /// throughput, latency percentiles and the card's counters.
     Simulate(Box<vhost_user_emmc::sim::command::SimulateArgs>),
+    /// Run the same work (a trace from `serve --trace`, or a workload) through every
+    /// card model × driver policy in the simulator and show them side by side: a table,
+    /// JSON, and with --out DIR the plots (docs/comparisons.md).
+    Compare(Box<vhost_user_emmc::sim::compare::CompareArgs>),
     /// Bring a card up on a scratch image the way Linux would, exercise its features and
     /// check that the image keeps what the card promised.
     Selfcheck {
@@ -126,6 +130,15 @@ fn run(cli: Cli) -> Result<(), String> {
             }
             if output.failed() {
                 return Err("simulate: the run found violations or errors (see above)".into());
+            }
+            Ok(())
+        }
+        Commands::Compare(args) => {
+            let out = vhost_user_emmc::sim::compare::run_command(&args)?;
+            if args.json {
+                println!("{out}");
+            } else {
+                print!("{out}");
             }
             Ok(())
         }

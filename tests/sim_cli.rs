@@ -344,3 +344,99 @@ fn legacy_reliable_is_refused_outside_power_cut() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--legacy-reliable"));
 }
+
+/// `compare` end to end: the table on stdout, nothing on stderr when stderr is not a
+/// terminal (no progress bar in logs), JSON, and a clear refusal of bad arguments.
+#[test]
+fn compare_prints_one_column_per_run_and_stays_quiet_off_a_terminal() {
+    let out = Command::new(env!("CARGO_BIN_EXE_vhost-user-emmc"))
+        .args([
+            "compare",
+            "--models",
+            "generic-emmc45,toshiba-mmc32g",
+            "--policy",
+            "packing=off,always",
+            "--workload",
+            "rand-write",
+            "--count",
+            "64",
+            "--qd",
+            "8",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let heads: Vec<&str> = text.lines().nth(2).unwrap().split_whitespace().collect();
+    assert_eq!(
+        heads,
+        [
+            "generic-emmc45",
+            "generic-emmc45",
+            "toshiba-mmc32g",
+            "toshiba-mmc32g"
+        ]
+    );
+    let policies: Vec<&str> = text.lines().nth(3).unwrap().split_whitespace().collect();
+    assert_eq!(
+        policies,
+        [
+            "packing=off",
+            "packing=always",
+            "packing=off",
+            "packing=always"
+        ]
+    );
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("packed writes"))
+        .unwrap();
+    let packed: Vec<u64> = row
+        .split_whitespace()
+        .skip(2)
+        .map(|v| v.parse().unwrap())
+        .collect();
+    assert_eq!(packed[0], 0);
+    assert!(
+        packed[3] > 0,
+        "eight queued random writes on toshiba get packed: {row}"
+    );
+
+    let out = Command::new(env!("CARGO_BIN_EXE_vhost-user-emmc"))
+        .args([
+            "compare",
+            "--models",
+            "ideal",
+            "--workload",
+            "rand-read",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let j = json(&out);
+    assert_eq!(j["runs"][0]["read"]["ops"], 2000);
+
+    let out = Command::new(env!("CARGO_BIN_EXE_vhost-user-emmc"))
+        .args([
+            "compare",
+            "--models",
+            "ideal",
+            "--workload",
+            "rand-read",
+            "--policy",
+            "packing=never",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("off, always or controlled"));
+}

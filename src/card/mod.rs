@@ -96,6 +96,9 @@ pub struct CardStats {
     pub flushes: u64,
     pub sectors_destaged: u64,
     pub erases: u64,
+    /// Card time spent in background operations (BKOPS started by the host, up to their
+    /// end or the HPI that stopped them).
+    pub bkops_ns: u64,
 }
 
 /// The state of one command's execution, handed to its handler.

@@ -298,6 +298,7 @@ impl Card {
 
     /// BKOPS ran for `elapsed` from `start`.
     fn work_off_background(&mut self, start: Nanos, elapsed: Nanos) {
+        self.stats.bkops_ns = self.stats.bkops_ns.saturating_add(elapsed);
         let done = self.timing.background_work(start, elapsed);
         let own = if self.timing.background_debt().is_some() {
             // The model worked off its own debt; time left over goes to work added from

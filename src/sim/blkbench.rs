@@ -11,11 +11,17 @@
 //! and stop reasons as seed 000 printed them, the driver's counters, the card's and the
 //! FTL's — as text or JSON.
 
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
 use serde::Serialize;
 
+use super::engine::Completed;
 use super::engine::{run, Process, ProcessStats};
-use super::procs::{BufferedWriter, FileRewriter, SequentialReader};
+use super::procs::{BufferedWriter, Feeder, FileRewriter, SequentialReader};
 use super::report::{flash_line, CardCounters, LatencySummary};
+use super::trace::Trace;
+use super::workload::{Op, Pattern, Stream};
 use crate::card::Card;
 use crate::host::blkdrv::{BkopsPolicy, BlkConfig, BlkData, BlkStats, HpiPolicy, MmcBlk};
 use crate::host::iosched::Elevator;
@@ -121,6 +127,23 @@ pub enum Experiment {
         record_bytes: u64,
         bs: u32,
     },
+    /// fio with direct I/O: `count` requests of `bs` sectors, `qd` in flight, sequential
+    /// or random over the whole user area.
+    Job {
+        op: Op,
+        pattern: Pattern,
+        bs: u32,
+        qd: usize,
+        count: u64,
+        seed: u64,
+    },
+    /// A block trace replayed through the driver at its own instants, at most `qd` in
+    /// flight (`name` says where it came from).
+    Replay {
+        trace: Trace,
+        qd: usize,
+        name: String,
+    },
 }
 
 impl Experiment {
@@ -155,6 +178,25 @@ impl Experiment {
                 file_bytes / 1024,
                 record_bytes / 1024
             ),
+            Experiment::Job {
+                op,
+                pattern,
+                bs,
+                qd,
+                count,
+                ..
+            } => format!(
+                "{}{} bs={} qd={qd} count={count}",
+                match pattern {
+                    Pattern::Sequential => "seq-",
+                    Pattern::Random => "rand-",
+                },
+                if op.is_write() { "write" } else { "read" },
+                u64::from(*bs) * 512
+            ),
+            Experiment::Replay { trace, qd, name } => {
+                format!("trace {name} ({} requests, qd {qd})", trace.len())
+            }
         }
     }
 }
@@ -212,6 +254,9 @@ pub struct DriverReport {
     /// Faults the `--fault-plan` injected (absent without a plan).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub faults_injected: Option<u64>,
+    /// Every read and write that completed (not in the JSON: `compare` plots them).
+    #[serde(skip)]
+    pub completed: Vec<Completed>,
 }
 
 fn mode_name(m: PackingMode) -> String {
@@ -234,6 +279,9 @@ pub struct WorkloadReport {
     /// iozone: write and rewrite throughput in KB/s (1000 bytes).
     pub iozone_kb_per_s: Option<(f64, f64)>,
     pub driver: BlkStats,
+    /// Every read and write that completed, by process, each in completion order.
+    #[serde(skip)]
+    pub completed: Vec<Completed>,
 }
 
 /// Run one experiment on a driver already brought up, whatever its host: the in-process
@@ -242,6 +290,16 @@ pub struct WorkloadReport {
 pub fn run_experiment_on<H: MmcHostOps, D: BlkData>(
     drv: &mut MmcBlk<H, D>,
     exp: &Experiment,
+) -> WorkloadReport {
+    run_experiment_counted(drv, exp, None)
+}
+
+/// [`run_experiment_on`], counting the requests of a `Job` or `Replay` as they complete
+/// into `progress` (for a progress bar on another thread).
+pub fn run_experiment_counted<H: MmcHostOps, D: BlkData>(
+    drv: &mut MmcBlk<H, D>,
+    exp: &Experiment,
+    progress: Option<Arc<AtomicU64>>,
 ) -> WorkloadReport {
     let t0 = drv.now();
     let size = drv.sectors();
@@ -329,13 +387,44 @@ pub fn run_experiment_on<H: MmcHostOps, D: BlkData>(
                 3600 * SEC,
             )
         }
+        Experiment::Job {
+            op,
+            pattern,
+            bs,
+            qd,
+            count,
+            seed,
+        } => {
+            let stream = Stream::new(op, pattern, bs, 0, size, count, seed);
+            (
+                vec![Box::new(
+                    Feeder::new("fio", 4, Box::new(stream), qd, t0, true).counting(progress),
+                )],
+                24 * 3600 * SEC,
+            )
+        }
+        Experiment::Replay { ref trace, qd, .. } => (
+            vec![Box::new(
+                Feeder::new("replay", 5, Box::new(trace.clone()), qd, t0, false).counting(progress),
+            )],
+            24 * 3600 * SEC,
+        ),
     };
     let end = run(drv, &mut procs, limit);
-    let elapsed = end.end.saturating_sub(end.start).max(1);
+    // From the first submission: a trace may start with idle time before its first request.
+    let first = procs
+        .iter()
+        .filter_map(|p| p.stats().first_submit)
+        .min()
+        .unwrap_or(end.start)
+        .clamp(end.start, end.end);
+    let elapsed = end.end.saturating_sub(first).max(1);
     let mut all = ProcessStats::default();
     let mut reports = Vec::new();
+    let mut completed = Vec::new();
     for p in &procs {
         let s = p.stats();
+        completed.extend_from_slice(&s.completed);
         all.reads.merge(&s.reads);
         all.writes.merge(&s.writes);
         all.bytes_read += s.bytes_read;
@@ -354,6 +443,7 @@ pub fn run_experiment_on<H: MmcHostOps, D: BlkData>(
         processes: reports,
         iozone_kb_per_s,
         driver: drv.stats().clone(),
+        completed,
     }
 }
 
@@ -373,20 +463,33 @@ pub fn run_experiment_with_faults(
     exp: &Experiment,
     faults: Option<crate::fault::FaultInjector>,
 ) -> Result<DriverReport, String> {
-    run_experiment_logged(model, setup, exp, faults, None)
+    run_experiment_full(model, setup, exp, faults, None)
 }
 
-/// [`run_experiment_with_faults`] with a command log from the card's power-on.
+/// [`run_experiment_with_faults`], counting completed requests into `progress` as
+/// [`run_experiment_counted`] does.
+pub fn run_experiment_full(
+    model: &DeviceModel,
+    setup: &DriverSetup,
+    exp: &Experiment,
+    faults: Option<crate::fault::FaultInjector>,
+    progress: Option<Arc<AtomicU64>>,
+) -> Result<DriverReport, String> {
+    run_experiment_logged(model, setup, exp, faults, progress, None)
+}
+
+/// [`run_experiment_full`] with a command log from the card's power-on.
 pub fn run_experiment_logged(
     model: &DeviceModel,
     setup: &DriverSetup,
     exp: &Experiment,
     faults: Option<crate::fault::FaultInjector>,
+    progress: Option<Arc<AtomicU64>>,
     cmd_log: Option<crate::host::cmdlog::CmdLog>,
 ) -> Result<DriverReport, String> {
     let mut drv = driver_with_cmd_log(model, setup, cmd_log)?;
     drv.host_mut().sdhci.set_fault_injector(faults);
-    let w = run_experiment_on(&mut drv, exp);
+    let w = run_experiment_counted(&mut drv, exp, progress);
     drv.host_mut().sdhci.flush_cmd_log();
     let faults_injected = drv
         .host()
@@ -428,6 +531,7 @@ pub fn run_experiment_logged(
         card: CardCounters::new(card.stats(), card.bkops_outstanding_ns()),
         flash: card.timing().flash_stats(),
         faults_injected,
+        completed: w.completed,
     })
 }
 

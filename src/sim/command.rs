@@ -562,7 +562,7 @@ pub fn simulate(args: &SimulateArgs) -> Result<Output, String> {
             model.name
         );
         let cmd_log = cmd_log(args, 0, &heading)?;
-        return run_experiment_logged(&model, &setup, &exp, faults, cmd_log)
+        return run_experiment_logged(&model, &setup, &exp, faults, None, cmd_log)
             .map(|r| Output::Driver(Box::new(r)));
     }
     if args.sweep.is_some() {

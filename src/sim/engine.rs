@@ -48,6 +48,25 @@ pub struct ProcessStats {
     /// First submission and last completion.
     pub first_submit: Option<Nanos>,
     pub last_complete: Option<Nanos>,
+    /// Every read and write that completed without error, in completion order: what
+    /// `compare` draws its CDFs, time lines and scatter plots from.
+    pub completed: Vec<Completed>,
+}
+
+/// One read or write a process saw complete, in card time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completed {
+    pub submitted: Nanos,
+    pub completed: Nanos,
+    pub lba: u64,
+    pub sectors: u32,
+    pub write: bool,
+}
+
+impl Completed {
+    pub fn latency(&self) -> Nanos {
+        self.completed.saturating_sub(self.submitted)
+    }
 }
 
 /// Requests of a process still in progress, matched against completions by sector range
@@ -122,8 +141,18 @@ impl ProcessStats {
                     self.writes.record(latency);
                     self.bytes_written += bytes;
                 }
-                _ => self.others.record(latency),
+                _ => {
+                    self.others.record(latency);
+                    continue;
+                }
             }
+            self.completed.push(Completed {
+                submitted: *at,
+                completed: c.at,
+                lba: r.lba,
+                sectors: r.sectors,
+                write: r.op == BlkOp::Write,
+            });
         }
         if !done.is_empty() {
             self.last_complete = Some(self.last_complete.map_or(c.at, |t| t.max(c.at)));

@@ -5,10 +5,12 @@
 
 pub mod blkbench;
 pub mod command;
+pub mod compare;
 pub mod device;
 pub mod engine;
 pub mod flashbench;
 pub mod histogram;
+pub mod plot;
 pub mod powercut;
 pub mod procs;
 pub mod report;

@@ -14,11 +14,15 @@
 //!   fits the page cache, so its dirty data all reaches the queue at the fsync, then the
 //!   flush; the rewrite writes the same sectors again.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
 use crate::host::blkdrv::BlkCompletion;
 use crate::host::packing::{BlkOp, BlkRequest};
 use crate::timing::Nanos;
 
 use super::engine::{Outstanding, Process, ProcessStats};
+use super::workload::{Op, Request, Workload};
 
 /// Segments of a request whose data lies in separate 4 KiB pages.
 fn page_segments(sectors: u32) -> u32 {
@@ -410,6 +414,139 @@ impl Process for FileRewriter {
     fn phase_rates(&self) -> Option<(f64, f64)> {
         self.finished()
             .then(|| (self.phase_bytes_per_sec(0), self.phase_bytes_per_sec(1)))
+    }
+
+    fn stats(&self) -> &ProcessStats {
+        &self.stats
+    }
+}
+
+/// Block requests from a [`Workload`] fed to the driver as fio or a traced guest would:
+/// each request is submitted at its trace time (if it has one) once one of `qd` slots is
+/// free; a request without a time goes as soon as a slot frees (a closed loop, fio's
+/// `iodepth`). With a trace and a large `qd` this is an open-loop replay: what arrived in
+/// the trace arrives at the same instants here, whatever the card does with it.
+pub struct Feeder {
+    name: String,
+    ioc: u32,
+    source: Box<dyn Workload + Send>,
+    /// The next request, taken from `source` but not yet submitted.
+    next: Option<Request>,
+    /// Trace times count from here (the card time the run started).
+    origin: Nanos,
+    /// Instants at which a slot is (or becomes) free; as many entries as free slots.
+    free: Vec<Nanos>,
+    /// Writes are marked sync (O_DIRECT, as fio issues them); false: as a virtio-blk
+    /// frontend hands them over (the daemon's requests).
+    sync_writes: bool,
+    /// Counts finished requests for a progress bar on another thread.
+    progress: Option<Arc<AtomicU64>>,
+    out: Outstanding,
+    stats: ProcessStats,
+}
+
+impl Feeder {
+    /// Count every finished request into `progress`.
+    pub fn counting(mut self, progress: Option<Arc<AtomicU64>>) -> Feeder {
+        self.progress = progress;
+        self
+    }
+
+    /// Feed `source` with `qd` slots from card time `origin`.
+    pub fn new(
+        name: &str,
+        ioc: u32,
+        mut source: Box<dyn Workload + Send>,
+        qd: usize,
+        origin: Nanos,
+        sync_writes: bool,
+    ) -> Feeder {
+        let next = source.next_request();
+        Feeder {
+            name: name.to_string(),
+            ioc,
+            source,
+            next,
+            origin,
+            free: vec![origin; qd.max(1)],
+            sync_writes,
+            progress: None,
+            out: Outstanding::default(),
+            stats: ProcessStats::default(),
+        }
+    }
+
+    fn due(&self, r: &Request) -> Nanos {
+        r.at.map_or(self.origin, |t| self.origin.saturating_add(t))
+    }
+
+    fn block_request(&self, id: u64, r: &Request) -> BlkRequest {
+        let (op, fua) = match r.op {
+            Op::Read => (BlkOp::Read, false),
+            Op::Write => (BlkOp::Write, false),
+            Op::WriteReliable => (BlkOp::Write, true),
+            Op::Flush => (BlkOp::Flush, false),
+            Op::Discard => (BlkOp::Discard, false),
+        };
+        let (lba, sectors) = if op == BlkOp::Flush {
+            (0, 0)
+        } else {
+            (r.lba, r.sectors)
+        };
+        let mut b = BlkRequest {
+            ioc: self.ioc,
+            fua,
+            ..BlkRequest::new(id, op, lba, sectors)
+        };
+        if op == BlkOp::Write && (fua || self.sync_writes) {
+            b.sync = true;
+        }
+        b
+    }
+}
+
+impl Process for Feeder {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn ioc(&self) -> u32 {
+        self.ioc
+    }
+
+    fn next_event(&self) -> Option<Nanos> {
+        let r = self.next.as_ref()?;
+        let slot = self.free.iter().copied().min()?;
+        Some(slot.max(self.due(r)))
+    }
+
+    fn act(&mut self, now: Nanos, ids: &mut u64, out: &mut Vec<BlkRequest>) {
+        self.stats.submitted(now);
+        while let Some(r) = self.next {
+            if self.due(&r) > now {
+                break;
+            }
+            let Some(pos) = self.free.iter().position(|&t| t <= now) else {
+                break;
+            };
+            self.free.swap_remove(pos);
+            let b = self.block_request(*ids, &r);
+            *ids += 1;
+            self.out.push(b, now);
+            out.push(b);
+            self.next = self.source.next_request();
+        }
+    }
+
+    fn complete(&mut self, c: &BlkCompletion) {
+        let done = self.out.complete(c);
+        self.stats.record(&done, c);
+        for _ in &done {
+            self.free.push(c.at);
+        }
+        if let Some(p) = &self.progress {
+            p.fetch_add(done.len() as u64, Ordering::Relaxed);
+        }
     }
 
     fn stats(&self) -> &ProcessStats {

@@ -52,6 +52,8 @@ pub struct CardCounters {
     pub hpi_interrupts: u64,
     pub flushes: u64,
     pub erases: u64,
+    /// Card time spent in BKOPS.
+    pub bkops_ms: f64,
     pub bkops_outstanding_ms: f64,
 }
 
@@ -65,6 +67,7 @@ impl CardCounters {
             hpi_interrupts: stats.hpi_interrupts,
             flushes: stats.flushes,
             erases: stats.erases,
+            bkops_ms: stats.bkops_ns as f64 / 1e6,
             bkops_outstanding_ms: bkops_outstanding_ns as f64 / 1e6,
         }
     }

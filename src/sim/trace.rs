@@ -239,7 +239,7 @@ impl<W: Write> TraceWriter<W> {
 }
 
 /// A parsed trace, replayed in order.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Trace {
     requests: Vec<Request>,
     next: usize,

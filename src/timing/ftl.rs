@@ -65,6 +65,9 @@ pub struct FtlCounters {
     /// Closes that copied data (garbage collection, SLC fold).
     pub gc_runs: u64,
     pub gc_copied_units: u64,
+    /// Time those closes, folds and log merges took: copying valid data and erasing the
+    /// old physical AU (foreground or in BKOPS).
+    pub gc_ns: u64,
     /// Closes of AUs written completely (nothing to copy).
     pub au_completions: u64,
     /// Small-write log pages merged into their AU.
@@ -750,7 +753,9 @@ impl Ftl {
     fn merge_log_page(&mut self, nand: &mut Nand, page: u64) -> Nanos {
         self.counters.log_merges += 1;
         let row = (page * self.g.page % self.g.au) / self.g.wu;
-        nand.copy_write_unit(self.copyback, row)
+        let t = nand.copy_write_unit(self.copyback, row);
+        self.counters.gc_ns += t;
+        t
     }
 
     /// A write in a page-mapped special region: each page read-modify-written on its own.
@@ -935,6 +940,7 @@ impl Ftl {
         t += self.retire(nand, idx, new_phys);
         self.counters.gc_runs += 1;
         self.counters.gc_copied_units += copied;
+        self.counters.gc_ns += t;
         t
     }
 
@@ -1030,6 +1036,7 @@ impl Ftl {
         if copied > 0 {
             self.counters.gc_runs += 1;
             self.counters.gc_copied_units += copied;
+            self.counters.gc_ns += t;
         } else {
             self.counters.au_completions += 1;
         }

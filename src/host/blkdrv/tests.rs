@@ -724,6 +724,13 @@ fn bkops_starts_after_idle_time_and_a_request_stops_it_with_hpi() {
         d.host().card.bkops_outstanding_ns() < before,
         "BKOPS did some work"
     );
+    // Stopped by the HPI, then started again once idle and run to the end (drain): the
+    // card spent as long in BKOPS as the work it had.
+    let ran = d.host().card.stats().bkops_ns;
+    assert!(
+        ran.abs_diff(level1 + 100 * MS) < MS,
+        "BKOPS time counted: {ran} ns"
+    );
 }
 
 #[test]

@@ -119,6 +119,7 @@ fn opening_one_au_too_many_collects_the_least_recently_written() {
     assert_eq!(t, WU_PROGRAM + 15 * WU_COPY + T_ERASE);
     let k = c.counters();
     assert_eq!((k.au_evictions, k.gc_runs, k.gc_copied_units), (1, 1, 15));
+    assert_eq!(k.gc_ns, 15 * WU_COPY + T_ERASE, "the collection's own time");
     // AU 0 stayed open: writing it costs no collection.
     assert_eq!(c.write(WU, WU), WU_PROGRAM);
 }
