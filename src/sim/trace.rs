@@ -191,44 +191,85 @@ impl<W: Write> TraceWriter<W> {
             let Some(Reverse(h)) = self.held.pop() else {
                 break;
             };
-            let (t, d) = (
-                h.at.saturating_sub(self.origin),
-                h.done.saturating_sub(self.origin),
-            );
-            let line = &mut self.line;
-            line.clear();
-            match &h.what {
-                Line::Request { op, offset, length } => {
-                    push_decimal(line, t);
-                    line.push(b' ');
-                    line.extend_from_slice(trace_code(*op).as_bytes());
-                    line.push(b' ');
-                    push_decimal(line, *offset);
-                    line.push(b' ');
-                    push_decimal(line, *length);
-                }
-                Line::Note(what) => {
-                    line.extend_from_slice(b"# ");
-                    push_decimal(line, t);
-                    line.push(b' ');
-                    line.extend_from_slice(what.as_bytes());
-                }
-                Line::Command { opcode, arg } => {
-                    const HEX: &[u8; 16] = b"0123456789abcdef";
-                    line.extend_from_slice(b"# ");
-                    push_decimal(line, t);
-                    line.extend_from_slice(b" CMD");
-                    push_decimal(line, u64::from(*opcode));
-                    line.extend_from_slice(b" arg=0x");
-                    line.extend((0..8).rev().map(|k| HEX[(arg >> (4 * k)) as usize & 0xF]));
-                }
-            }
-            line.push(b' ');
-            push_decimal(line, d);
-            line.push(b'\n');
-            self.out.write_all(line)?;
+            self.write_line(&h)?;
         }
         Ok(())
+    }
+
+    /// Write a request's line at once, after any held line that arrived no later: for a
+    /// caller that knows no earlier request can still come (the mmc transport executes
+    /// requests one at a time, in arrival order). Nothing is held, so nothing is sorted.
+    pub fn record_now(
+        &mut self,
+        at: Nanos,
+        op: Op,
+        offset: u64,
+        length: u64,
+        done: Nanos,
+    ) -> std::io::Result<()> {
+        self.write_now(at, done, Line::Request { op, offset, length })
+    }
+
+    /// [`TraceWriter::note_command`], written at once as [`TraceWriter::record_now`] is.
+    pub fn note_command_now(
+        &mut self,
+        at: Nanos,
+        opcode: u8,
+        arg: u32,
+        done: Nanos,
+    ) -> std::io::Result<()> {
+        self.write_now(at, done, Line::Command { opcode, arg })
+    }
+
+    fn write_now(&mut self, at: Nanos, done: Nanos, what: Line) -> std::io::Result<()> {
+        self.release(at)?;
+        self.recorded += 1;
+        let h = Held {
+            at,
+            seq: self.recorded,
+            done,
+            what,
+        };
+        self.write_line(&h)
+    }
+
+    fn write_line(&mut self, h: &Held) -> std::io::Result<()> {
+        let (t, d) = (
+            h.at.saturating_sub(self.origin),
+            h.done.saturating_sub(self.origin),
+        );
+        let line = &mut self.line;
+        line.clear();
+        match &h.what {
+            Line::Request { op, offset, length } => {
+                push_decimal(line, t);
+                line.push(b' ');
+                line.extend_from_slice(trace_code(*op).as_bytes());
+                line.push(b' ');
+                push_decimal(line, *offset);
+                line.push(b' ');
+                push_decimal(line, *length);
+            }
+            Line::Note(what) => {
+                line.extend_from_slice(b"# ");
+                push_decimal(line, t);
+                line.push(b' ');
+                line.extend_from_slice(what.as_bytes());
+            }
+            Line::Command { opcode, arg } => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                line.extend_from_slice(b"# ");
+                push_decimal(line, t);
+                line.extend_from_slice(b" CMD");
+                push_decimal(line, u64::from(*opcode));
+                line.extend_from_slice(b" arg=0x");
+                line.extend((0..8).rev().map(|k| HEX[(arg >> (4 * k)) as usize & 0xF]));
+            }
+        }
+        line.push(b' ');
+        push_decimal(line, d);
+        line.push(b'\n');
+        self.out.write_all(line)
     }
 
     /// Write everything held (nothing is in flight any more) and flush.
@@ -409,6 +450,30 @@ mod tests {
             push_decimal(&mut buf, n);
             assert_eq!(String::from_utf8(buf).unwrap(), n.to_string());
         }
+    }
+
+    /// Lines written at once come after held lines that arrived no later, before held
+    /// lines that arrived later.
+    #[test]
+    fn lines_written_at_once_keep_arrival_order() {
+        let mut w = TraceWriter::new(Vec::new(), 0, "test").unwrap();
+        w.record(1_000, Op::Write, 0, 512, 2_000);
+        w.record(5_000, Op::Read, 512, 512, 6_000);
+        w.record_now(3_000, Op::Read, 1024, 512, 3_500).unwrap();
+        w.note_command_now(3_000, 13, 0x0001_0000, 3_600).unwrap();
+        assert_eq!(w.held(), 1);
+        w.flush().unwrap();
+        let text = String::from_utf8(w.out.clone()).unwrap();
+        let body: Vec<&str> = text.lines().skip(2).collect();
+        assert_eq!(
+            body,
+            [
+                "1000 W 0 512 2000",
+                "3000 R 1024 512 3500",
+                "# 3000 CMD13 arg=0x00010000 3600",
+                "5000 R 512 512 6000"
+            ]
+        );
     }
 
     #[test]

@@ -91,9 +91,10 @@ impl<W: Write> MmcTracer<W> {
     }
 
     /// The request as a comment line.
-    fn note(&mut self, t: &Traced<'_>) {
+    fn note(&mut self, t: &Traced<'_>) -> std::io::Result<()> {
         let c = &t.req.hdr.cmd;
-        self.out.note_command(t.arrival, c.opcode, c.arg, t.done);
+        self.out
+            .note_command_now(t.arrival, c.opcode, c.arg, t.done)
     }
 
     fn bytes(t: &Traced<'_>, address: u32) -> u64 {
@@ -104,7 +105,7 @@ impl<W: Write> MmcTracer<W> {
         }
     }
 
-    fn entries(&mut self, t: &Traced<'_>, entries: &[Entry], read: bool) {
+    fn entries(&mut self, t: &Traced<'_>, entries: &[Entry], read: bool) -> std::io::Result<()> {
         for e in entries {
             let op = match (read, e.reliable()) {
                 (true, _) => Op::Read,
@@ -113,18 +114,14 @@ impl<W: Write> MmcTracer<W> {
             };
             let offset = Self::bytes(t, e.address);
             self.out
-                .record(t.arrival, op, offset, e.block_count() * 512, t.done);
+                .record_now(t.arrival, op, offset, e.block_count() * 512, t.done)?;
         }
+        Ok(())
     }
 
-    /// Record one executed request, and write it out: the mmc transport executes
-    /// requests one at a time in arrival order, so nothing earlier can still come.
+    /// Write one executed request's line(s) at once: the mmc transport executes requests
+    /// one at a time in arrival order, so nothing earlier can still come.
     pub fn request(&mut self, t: &Traced<'_>) -> std::io::Result<()> {
-        self.classify(t);
-        self.out.release(Nanos::MAX)
-    }
-
-    fn classify(&mut self, t: &Traced<'_>) {
         let req = t.req;
         let h = &req.hdr;
         let (opcode, arg) = (h.cmd.opcode, h.cmd.arg);
@@ -139,11 +136,11 @@ impl<W: Write> MmcTracer<W> {
                 if packed && write {
                     match t.header.and_then(parse_header) {
                         Some(header) if header.direction == Direction::Write => {
-                            self.entries(t, &header.entries, false);
+                            self.entries(t, &header.entries, false)
                         }
                         Some(header) => {
                             self.packed_read = Some(header.entries);
-                            self.note(t);
+                            self.note(t)
                         }
                         None => self.note(t),
                     }
@@ -162,7 +159,7 @@ impl<W: Write> MmcTracer<W> {
                     };
                     let len = u64::from(h.blocks) * 512;
                     self.out
-                        .record(t.arrival, op, Self::bytes(t, arg), len, t.done);
+                        .record_now(t.arrival, op, Self::bytes(t, arg), len, t.done)
                 }
             }
             // SWITCH, WRITE_BYTE of FLUSH_CACHE with its FLUSH bit.
@@ -171,7 +168,7 @@ impl<W: Write> MmcTracer<W> {
                 && (arg >> 16) & 0xFF == crate::card::ext_csd::FLUSH_CACHE as u32
                 && (arg >> 8) & 0x1 != 0 =>
             {
-                self.out.record(t.arrival, Op::Flush, 0, 0, t.done);
+                self.out.record_now(t.arrival, Op::Flush, 0, 0, t.done)
             }
             35 | 36 => {
                 if ok {
@@ -181,7 +178,7 @@ impl<W: Write> MmcTracer<W> {
                         &mut self.erase_end
                     } = Some(arg);
                 }
-                self.note(t);
+                self.note(t)
             }
             38 => {
                 let range = (self.erase_start.take(), self.erase_end.take());
@@ -192,16 +189,21 @@ impl<W: Write> MmcTracer<W> {
                         let (first, last) =
                             (Self::bytes(t, start) / 512, Self::bytes(t, end) / 512);
                         if last < first {
-                            self.note(t);
-                            return;
+                            return self.note(t);
                         }
                         let mut sector = first;
                         while sector <= last {
                             let n = (last - sector + 1).min(MAX_LINE_SECTORS);
-                            self.out
-                                .record(t.arrival, Op::Discard, sector * 512, n * 512, t.done);
+                            self.out.record_now(
+                                t.arrival,
+                                Op::Discard,
+                                sector * 512,
+                                n * 512,
+                                t.done,
+                            )?;
                             sector += n;
                         }
+                        Ok(())
                     }
                     _ => self.note(t),
                 }
