@@ -50,6 +50,25 @@ impl CardState {
         1 << (self as u32)
     }
 
+    /// The spec's name of R1 CURRENT_STATE `number` (bits 12:9): "tran", "prg", ... and
+    /// "reserved" for the numbers no state reports.
+    pub fn name_of_number(number: u32) -> &'static str {
+        match number {
+            0 => "idle",
+            1 => "ready",
+            2 => "ident",
+            3 => "stby",
+            4 => "tran",
+            5 => "data",
+            6 => "rcv",
+            7 => "prg",
+            8 => "dis",
+            9 => "btst",
+            10 => "slp",
+            _ => "reserved",
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             CardState::Idle => "idle",
@@ -159,30 +178,37 @@ pub mod r1 {
         | ERROR
         | CID_CSD_OVERWRITE;
 
+    /// Every named bit and its name, most significant first.
+    pub const NAMES: &[(u32, &str)] = &[
+        (ADDRESS_OUT_OF_RANGE, "ADDRESS_OUT_OF_RANGE"),
+        (ADDRESS_MISALIGN, "ADDRESS_MISALIGN"),
+        (BLOCK_LEN_ERROR, "BLOCK_LEN_ERROR"),
+        (ERASE_SEQ_ERROR, "ERASE_SEQ_ERROR"),
+        (ERASE_PARAM, "ERASE_PARAM"),
+        (WP_VIOLATION, "WP_VIOLATION"),
+        (DEVICE_IS_LOCKED, "DEVICE_IS_LOCKED"),
+        (LOCK_UNLOCK_FAILED, "LOCK_UNLOCK_FAILED"),
+        (COM_CRC_ERROR, "COM_CRC_ERROR"),
+        (ILLEGAL_COMMAND, "ILLEGAL_COMMAND"),
+        (DEVICE_ECC_FAILED, "DEVICE_ECC_FAILED"),
+        (CC_ERROR, "CC_ERROR"),
+        (ERROR, "ERROR"),
+        (CID_CSD_OVERWRITE, "CID_CSD_OVERWRITE"),
+        (WP_ERASE_SKIP, "WP_ERASE_SKIP"),
+        (ERASE_RESET, "ERASE_RESET"),
+        (READY_FOR_DATA, "READY_FOR_DATA"),
+        (SWITCH_ERROR, "SWITCH_ERROR"),
+        (EXCEPTION_EVENT, "EXCEPTION_EVENT"),
+        (APP_CMD, "APP_CMD"),
+    ];
+
+    /// The CURRENT_STATE number (bits 12:9).
+    pub fn current_state(status: u32) -> u32 {
+        (status & CURRENT_STATE_MASK) >> CURRENT_STATE_SHIFT
+    }
+
     /// Names of the set bits, for logs and `inspect`.
     pub fn describe(status: u32) -> String {
-        const NAMES: &[(u32, &str)] = &[
-            (ADDRESS_OUT_OF_RANGE, "ADDRESS_OUT_OF_RANGE"),
-            (ADDRESS_MISALIGN, "ADDRESS_MISALIGN"),
-            (BLOCK_LEN_ERROR, "BLOCK_LEN_ERROR"),
-            (ERASE_SEQ_ERROR, "ERASE_SEQ_ERROR"),
-            (ERASE_PARAM, "ERASE_PARAM"),
-            (WP_VIOLATION, "WP_VIOLATION"),
-            (DEVICE_IS_LOCKED, "DEVICE_IS_LOCKED"),
-            (LOCK_UNLOCK_FAILED, "LOCK_UNLOCK_FAILED"),
-            (COM_CRC_ERROR, "COM_CRC_ERROR"),
-            (ILLEGAL_COMMAND, "ILLEGAL_COMMAND"),
-            (DEVICE_ECC_FAILED, "DEVICE_ECC_FAILED"),
-            (CC_ERROR, "CC_ERROR"),
-            (ERROR, "ERROR"),
-            (CID_CSD_OVERWRITE, "CID_CSD_OVERWRITE"),
-            (WP_ERASE_SKIP, "WP_ERASE_SKIP"),
-            (ERASE_RESET, "ERASE_RESET"),
-            (READY_FOR_DATA, "READY_FOR_DATA"),
-            (SWITCH_ERROR, "SWITCH_ERROR"),
-            (EXCEPTION_EVENT, "EXCEPTION_EVENT"),
-            (APP_CMD, "APP_CMD"),
-        ];
         let mut parts: Vec<String> = NAMES
             .iter()
             .filter(|(bit, _)| status & bit != 0)

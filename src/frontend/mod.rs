@@ -6,3 +6,4 @@ pub mod control;
 pub mod mmc;
 pub mod pacing;
 pub mod serve;
+pub mod trace;

@@ -72,10 +72,16 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 1.0)]
     pub time_scale: f64,
     /// Record every request with its arrival and completion in card time, in the trace
-    /// format of docs/trace-format.md (replayable with `simulate --workload trace`).
-    /// blk transport only.
+    /// format of docs/trace-format.md (replayable with `simulate --workload trace`). With
+    /// mmc, every data request on the user area is a line and every other request a
+    /// comment.
     #[arg(long)]
     pub trace: Option<PathBuf>,
+    /// Log every MMC command the emulated SDHCI controller sends to the card: argument,
+    /// response, data, card-time duration and errors (docs/trace-format.md, "MMC command
+    /// log").
+    #[arg(long)]
+    pub cmd_log: Option<PathBuf>,
     /// Microseconds to keep polling the queue for the next request once the card is idle
     /// (0: sleep at once). Trades CPU for the event loop's wake-up latency, like QEMU's
     /// iothread poll-max-ns.
@@ -222,6 +228,27 @@ pub fn check_memory_backing(mem: &GuestMemoryAtomic<GuestMemoryMmap>) -> std::io
             Err(std::io::Error::other(p))
         }
     }
+}
+
+/// The `--cmd-log` file, its times counted from card time `origin`.
+pub fn open_cmd_log(
+    args: &ServeArgs,
+    origin: crate::timing::Nanos,
+    model: &str,
+) -> Result<Option<crate::host::cmdlog::CmdLog>, String> {
+    args.cmd_log
+        .as_deref()
+        .map(|path| {
+            let heading = format!(
+                "vhost-user-emmc serve --transport {}, model {model}: MMC command log",
+                match args.transport {
+                    TransportArg::Blk => "blk",
+                    TransportArg::Mmc => "mmc",
+                }
+            );
+            crate::host::cmdlog::CmdLog::create(path, origin, &heading)
+        })
+        .transpose()
 }
 
 /// Open (or create) the image and build the card on it.

@@ -11,6 +11,7 @@
 //!   control (seed 000).
 
 pub mod blkdrv;
+pub mod cmdlog;
 pub mod iosched;
 pub mod mmc;
 pub mod packing;

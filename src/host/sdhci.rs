@@ -78,6 +78,7 @@ mod timeout;
 #[cfg(test)]
 mod tests;
 
+use super::cmdlog::{CmdEntry, CmdLog};
 use crate::card::{Card, Command, DataError, PowerDown, Response};
 use crate::fault::{self, CommandInfo, Effect, FaultInjector};
 use crate::model::HostModel;
@@ -436,6 +437,9 @@ pub struct SdhciHost {
     /// A fault plan consulted for every command put on the bus (`None`: no faults, and
     /// no cost beyond this check).
     faults: Option<Box<FaultInjector>>,
+    /// The command log (`--cmd-log`): every command sent is written to it (`None`: one
+    /// check per command).
+    cmd_log: Option<Box<CmdLog>>,
 }
 
 /// `(timeout_ns, timeout_clks)` for reads and for writes.
@@ -462,6 +466,7 @@ impl SdhciHost {
             table: Vec::new(),
             data_timeouts: None,
             faults: None,
+            cmd_log: None,
         };
         host.actual_clock = host.sdclk(host.ios.clock);
         host
@@ -489,6 +494,25 @@ impl SdhciHost {
     /// The installed injector, to add or clear rules at run time.
     pub fn fault_injector_mut(&mut self) -> Option<&mut FaultInjector> {
         self.faults.as_deref_mut()
+    }
+
+    /// Install (or with `None` remove) the command log: from now on every command the
+    /// controller sends is written to it.
+    pub fn set_cmd_log(&mut self, log: Option<CmdLog>) {
+        self.cmd_log = log.map(Box::new);
+    }
+
+    /// Remove the command log and hand it back (to carry it over a controller reset).
+    pub fn take_cmd_log(&mut self) -> Option<CmdLog> {
+        self.cmd_log.take().map(|b| *b)
+    }
+
+    /// Write out what the command log holds; a failing log is dropped.
+    pub fn flush_cmd_log(&mut self) {
+        if let Some(Err(e)) = self.cmd_log.as_mut().map(|l| l.flush()) {
+            log::error!("command log: {e}; command logging stops");
+            self.cmd_log = None;
+        }
     }
 
     pub fn ios(&self) -> MmcIos {
@@ -769,6 +793,9 @@ struct Run<'h> {
     bit_flips: u32,
     /// Extra busy or access time, and whether it yields to HPI (stuck busy).
     extra_busy: Option<(Nanos, bool)>,
+    /// With a command log: the last command sent, written once the next starts or the
+    /// request ends.
+    logged: Option<CmdEntry>,
 }
 
 impl<'h> Run<'h> {
@@ -796,12 +823,48 @@ impl<'h> Run<'h> {
             data_fault: None,
             bit_flips: 0,
             extra_busy: None,
+            logged: None,
         }
     }
 
     fn finish(mut self) -> SdhciCompletion {
         self.out.end_ns = self.now;
+        if self.host.cmd_log.is_some() {
+            self.log_previous(self.now, self.out.busy_pending);
+        }
         self.out
+    }
+
+    /// Write the command held for the log: it lasted until `end`.
+    fn log_previous(&mut self, end: Nanos, busy_pending: bool) {
+        let (Some(e), Some(log)) = (self.logged.take(), self.host.cmd_log.as_mut()) else {
+            return;
+        };
+        let data_error = if e.data.is_some() {
+            self.out.data_error
+        } else {
+            None
+        };
+        if let Err(err) = log.command(&e, end, data_error, busy_pending) {
+            log::error!("command log: {err}; command logging stops");
+            self.host.cmd_log = None;
+        }
+    }
+
+    /// Hold a command just sent for the log (the previous one ends now).
+    fn log_command(&mut self, cmd: &MmcCommand, start: Nanos, out: &CommandOutcome) {
+        self.log_previous(start, false);
+        self.logged = Some(CmdEntry {
+            start,
+            opcode: cmd.opcode,
+            arg: cmd.arg,
+            resp_type: cmd.resp_type,
+            answered: out.error != Some(SdhciError::CmdTimeout),
+            auto: out.auto,
+            resp: out.resp,
+            data: self.data_cmd,
+            error: out.error,
+        });
     }
 
     fn request<S: DmaSegment>(&mut self, mrq: MmcRequest<'_, S>) {
@@ -1002,6 +1065,7 @@ impl<'h> Run<'h> {
             resp: [0; 4],
             error: None,
         };
+        let start = self.now;
         let bus = self.host.bus();
         let bus_fault = if self.host.faults.is_some() {
             self.consult_faults(cmd)
@@ -1026,6 +1090,9 @@ impl<'h> Run<'h> {
             log::debug!("CMD{} arg {:#010x}: {e}", cmd.opcode, cmd.arg);
         }
         self.report_command(role, error);
+        if self.host.cmd_log.is_some() {
+            self.log_command(cmd, start, &out);
+        }
         out
     }
 

@@ -63,10 +63,21 @@ impl Default for DriverSetup {
 /// A card of `model` on a data-less store behind the SDHCI model, with the block driver
 /// configured by the model's `[host]` section and `setup`.
 pub fn driver(model: &DeviceModel, setup: &DriverSetup) -> Result<MmcBlk<MmcHost>, String> {
+    driver_with_cmd_log(model, setup, None)
+}
+
+/// [`driver`] with a command log on the controller from power-on (its times count from
+/// the card's start).
+pub fn driver_with_cmd_log(
+    model: &DeviceModel,
+    setup: &DriverSetup,
+    cmd_log: Option<crate::host::cmdlog::CmdLog>,
+) -> Result<MmcBlk<MmcHost>, String> {
     let layout = Card::layout_for(model);
     let card =
         Card::new(model.clone(), Box::new(NullStore::new(layout))).map_err(|e| e.to_string())?;
-    let host = MmcHost::with_config(card, SdhciConfig::for_model(&model.host));
+    let mut host = MmcHost::with_config(card, SdhciConfig::for_model(&model.host));
+    host.sdhci.set_cmd_log(cmd_log);
     MmcBlk::probe(host, setup.blk_config(model)).map_err(|e| format!("bring-up: {e}"))
 }
 
@@ -464,9 +475,22 @@ pub fn run_experiment_full(
     faults: Option<crate::fault::FaultInjector>,
     progress: Option<Arc<AtomicU64>>,
 ) -> Result<DriverReport, String> {
-    let mut drv = driver(model, setup)?;
+    run_experiment_logged(model, setup, exp, faults, progress, None)
+}
+
+/// [`run_experiment_full`] with a command log from the card's power-on.
+pub fn run_experiment_logged(
+    model: &DeviceModel,
+    setup: &DriverSetup,
+    exp: &Experiment,
+    faults: Option<crate::fault::FaultInjector>,
+    progress: Option<Arc<AtomicU64>>,
+    cmd_log: Option<crate::host::cmdlog::CmdLog>,
+) -> Result<DriverReport, String> {
+    let mut drv = driver_with_cmd_log(model, setup, cmd_log)?;
     drv.host_mut().sdhci.set_fault_injector(faults);
     let w = run_experiment_counted(&mut drv, exp, progress);
+    drv.host_mut().sdhci.flush_cmd_log();
     let faults_injected = drv
         .host()
         .sdhci

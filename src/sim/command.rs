@@ -3,7 +3,7 @@
 use std::io::IsTerminal;
 
 use super::blkbench::{
-    run_experiment_with_faults, sweep, sweep_text, DriverReport, DriverSetup, Experiment, SweepRow,
+    run_experiment_logged, sweep, sweep_text, DriverReport, DriverSetup, Experiment, SweepRow,
 };
 use super::device::{BlockDevice, CardDevice};
 use super::flashbench::{self, AlignOptions, OpenAuOptions, PageSplit, Region};
@@ -257,6 +257,11 @@ pub struct SimulateArgs {
     /// stop at the first error.
     #[arg(long)]
     pub fault_plan: Option<std::path::PathBuf>,
+    /// Log every MMC command the emulated SDHCI controller sends (docs/trace-format.md,
+    /// "MMC command log"): from power-on for the driver workloads, from the workload's
+    /// start (after bring-up and preconditioning) for the direct ones.
+    #[arg(long)]
+    pub cmd_log: Option<std::path::PathBuf>,
 }
 
 /// Parse `wr-threshold=A..B`.
@@ -489,11 +494,26 @@ fn precondition(
     Ok(())
 }
 
+/// The `--cmd-log` file, if asked for.
+fn cmd_log(
+    args: &SimulateArgs,
+    origin: crate::timing::Nanos,
+    heading: &str,
+) -> Result<Option<crate::host::cmdlog::CmdLog>, String> {
+    args.cmd_log
+        .as_deref()
+        .map(|p| crate::host::cmdlog::CmdLog::create(p, origin, heading))
+        .transpose()
+}
+
 /// Run a simulation and return its output.
 pub fn simulate(args: &SimulateArgs) -> Result<Output, String> {
     let mut model = DeviceModel::load(&args.model).map_err(|e| e.to_string())?;
     let faults = crate::frontend::serve::load_fault_plan(args.fault_plan.as_deref())?;
     if args.workload == WorkloadKind::PowerCut {
+        if args.cmd_log.is_some() {
+            return Err("--cmd-log does not apply to --workload power-cut".into());
+        }
         if faults.is_some() {
             return Err(
                 "--fault-plan does not apply to --workload power-cut, which cuts \
@@ -526,6 +546,9 @@ pub fn simulate(args: &SimulateArgs) -> Result<Output, String> {
             if faults.is_some() {
                 return Err("--fault-plan does not apply to --sweep".into());
             }
+            if args.cmd_log.is_some() {
+                return Err("--cmd-log does not apply to --sweep".into());
+            }
             let rows = sweep(&model, &setup, &exp, a, b)?;
             return Ok(Output::Sweep {
                 model: model.name.clone(),
@@ -533,7 +556,13 @@ pub fn simulate(args: &SimulateArgs) -> Result<Output, String> {
                 rows,
             });
         }
-        return run_experiment_with_faults(&model, &setup, &exp, faults)
+        let heading = format!(
+            "vhost-user-emmc simulate --workload {}, model {}: MMC command log",
+            exp.name(),
+            model.name
+        );
+        let cmd_log = cmd_log(args, 0, &heading)?;
+        return run_experiment_logged(&model, &setup, &exp, faults, None, cmd_log)
             .map(|r| Output::Driver(Box::new(r)));
     }
     if args.sweep.is_some() {
@@ -566,6 +595,13 @@ pub fn simulate(args: &SimulateArgs) -> Result<Output, String> {
     }
     // After preconditioning: the plan sees the workload's commands.
     device.set_fault_injector(faults);
+    let heading = format!(
+        "vhost-user-emmc simulate --workload {}, model {}: MMC command log",
+        clap::ValueEnum::to_possible_value(&args.workload)
+            .map_or_else(String::new, |v| v.get_name().to_string()),
+        model.name
+    );
+    device.set_cmd_log(cmd_log(args, device.card().now(), &heading)?);
     if args.workload.is_flashbench() {
         return run_flashbench(
             args,
@@ -631,6 +667,7 @@ pub fn simulate(args: &SimulateArgs) -> Result<Output, String> {
         run(&mut device, workload.as_mut(), args.qd, &mut progress)
     }
     .map_err(|e| e.to_string())?;
+    device.flush_cmd_log();
     if show_progress {
         eprintln!();
     }

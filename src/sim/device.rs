@@ -100,6 +100,16 @@ impl CardDevice {
         self.host.sdhci.set_fault_injector(faults);
     }
 
+    /// Install a command log on the controller (`None` removes it).
+    pub fn set_cmd_log(&mut self, log: Option<crate::host::cmdlog::CmdLog>) {
+        self.host.sdhci.set_cmd_log(log);
+    }
+
+    /// Write out what the command log holds.
+    pub fn flush_cmd_log(&mut self) {
+        self.host.sdhci.flush_cmd_log();
+    }
+
     pub fn fault_injector(&self) -> Option<&crate::fault::FaultInjector> {
         self.host.sdhci.fault_injector()
     }

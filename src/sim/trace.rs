@@ -54,12 +54,90 @@ fn trace_code(op: Op) -> &'static str {
 /// order they arrived in, but the format wants non-decreasing submission times. So lines
 /// are held until [`TraceWriter::release`] says no earlier arrival can still come, and
 /// then written in arrival order (ties in the order they were recorded).
+///
+/// Tracing runs on the daemon's request path, so a line costs no allocation: it is held
+/// as numbers and formatted into a reused buffer when written (docs/performance.md,
+/// "Cost of tracing").
 pub struct TraceWriter<W: Write> {
     out: W,
     origin: Nanos,
-    /// Lines not yet written: (arrival, sequence, line).
-    held: BinaryHeap<Reverse<(Nanos, u64, String)>>,
+    /// Lines not yet written, earliest arrival (then earliest recorded) first.
+    held: BinaryHeap<Reverse<Held>>,
     recorded: u64,
+    /// The line being formatted.
+    line: Vec<u8>,
+}
+
+/// A line waiting for its turn.
+#[derive(Debug)]
+struct Held {
+    at: Nanos,
+    seq: u64,
+    done: Nanos,
+    what: Line,
+}
+
+#[derive(Debug)]
+enum Line {
+    Request {
+        op: Op,
+        offset: u64,
+        length: u64,
+    },
+    Note(String),
+    /// An MMC command outside the format: `CMD<n> arg=0x<arg>`.
+    Command {
+        opcode: u8,
+        arg: u32,
+    },
+}
+
+impl PartialEq for Held {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+
+impl Eq for Held {}
+
+impl PartialOrd for Held {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Held {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
+}
+
+/// "00" to "99": two digits per division.
+const DIGIT_PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
+/// Append `n` in decimal.
+fn push_decimal(buf: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    while n >= 100 {
+        let pair = (n % 100) as usize * 2;
+        n /= 100;
+        i -= 2;
+        digits[i..i + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+    }
+    if n >= 10 {
+        let pair = n as usize * 2;
+        i -= 2;
+        digits[i..i + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+    } else {
+        i -= 1;
+        digits[i] = b'0' + n as u8;
+    }
+    buf.extend_from_slice(&digits[i..]);
 }
 
 impl<W: Write> TraceWriter<W> {
@@ -71,30 +149,34 @@ impl<W: Write> TraceWriter<W> {
             origin,
             held: BinaryHeap::new(),
             recorded: 0,
+            line: Vec::with_capacity(128),
         })
     }
 
-    fn hold(&mut self, at: Nanos, line: String) {
+    fn hold(&mut self, at: Nanos, done: Nanos, what: Line) {
         self.recorded += 1;
-        self.held.push(Reverse((at, self.recorded, line)));
+        self.held.push(Reverse(Held {
+            at,
+            seq: self.recorded,
+            done,
+            what,
+        }));
     }
 
     /// One request: submitted at card time `at`, completed at `done`.
     pub fn record(&mut self, at: Nanos, op: Op, offset: u64, length: u64, done: Nanos) {
-        let (t, d) = (
-            at.saturating_sub(self.origin),
-            done.saturating_sub(self.origin),
-        );
-        self.hold(at, format!("{t} {} {offset} {length} {d}", trace_code(op)));
+        self.hold(at, done, Line::Request { op, offset, length });
     }
 
     /// A request outside the format (GET_ID, write zeroes, ...), as a comment.
     pub fn note(&mut self, at: Nanos, what: &str, done: Nanos) {
-        let (t, d) = (
-            at.saturating_sub(self.origin),
-            done.saturating_sub(self.origin),
-        );
-        self.hold(at, format!("# {t} {what} {d}"));
+        self.hold(at, done, Line::Note(what.to_string()));
+    }
+
+    /// An MMC command the format has no operation for, as the comment
+    /// `# <time_ns> CMD<n> arg=0x<arg> <completion_ns>` (the mmc transport's trace).
+    pub fn note_command(&mut self, at: Nanos, opcode: u8, arg: u32, done: Nanos) {
+        self.hold(at, done, Line::Command { opcode, arg });
     }
 
     /// Lines held (recorded, not yet written).
@@ -105,16 +187,89 @@ impl<W: Write> TraceWriter<W> {
     /// Write every held line that arrived at or before `upto`: the caller knows that no
     /// request still in flight arrived earlier.
     pub fn release(&mut self, upto: Nanos) -> std::io::Result<()> {
-        while let Some(Reverse((at, _, _))) = self.held.peek() {
-            if *at > upto {
-                break;
-            }
-            let Some(Reverse((_, _, line))) = self.held.pop() else {
+        while self.held.peek().is_some_and(|Reverse(h)| h.at <= upto) {
+            let Some(Reverse(h)) = self.held.pop() else {
                 break;
             };
-            writeln!(self.out, "{line}")?;
+            self.write_line(&h)?;
         }
         Ok(())
+    }
+
+    /// Write a request's line at once, after any held line that arrived no later: for a
+    /// caller that knows no earlier request can still come (the mmc transport executes
+    /// requests one at a time, in arrival order). Nothing is held, so nothing is sorted.
+    pub fn record_now(
+        &mut self,
+        at: Nanos,
+        op: Op,
+        offset: u64,
+        length: u64,
+        done: Nanos,
+    ) -> std::io::Result<()> {
+        self.write_now(at, done, Line::Request { op, offset, length })
+    }
+
+    /// [`TraceWriter::note_command`], written at once as [`TraceWriter::record_now`] is.
+    pub fn note_command_now(
+        &mut self,
+        at: Nanos,
+        opcode: u8,
+        arg: u32,
+        done: Nanos,
+    ) -> std::io::Result<()> {
+        self.write_now(at, done, Line::Command { opcode, arg })
+    }
+
+    fn write_now(&mut self, at: Nanos, done: Nanos, what: Line) -> std::io::Result<()> {
+        self.release(at)?;
+        self.recorded += 1;
+        let h = Held {
+            at,
+            seq: self.recorded,
+            done,
+            what,
+        };
+        self.write_line(&h)
+    }
+
+    fn write_line(&mut self, h: &Held) -> std::io::Result<()> {
+        let (t, d) = (
+            h.at.saturating_sub(self.origin),
+            h.done.saturating_sub(self.origin),
+        );
+        let line = &mut self.line;
+        line.clear();
+        match &h.what {
+            Line::Request { op, offset, length } => {
+                push_decimal(line, t);
+                line.push(b' ');
+                line.extend_from_slice(trace_code(*op).as_bytes());
+                line.push(b' ');
+                push_decimal(line, *offset);
+                line.push(b' ');
+                push_decimal(line, *length);
+            }
+            Line::Note(what) => {
+                line.extend_from_slice(b"# ");
+                push_decimal(line, t);
+                line.push(b' ');
+                line.extend_from_slice(what.as_bytes());
+            }
+            Line::Command { opcode, arg } => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                line.extend_from_slice(b"# ");
+                push_decimal(line, t);
+                line.extend_from_slice(b" CMD");
+                push_decimal(line, u64::from(*opcode));
+                line.extend_from_slice(b" arg=0x");
+                line.extend((0..8).rev().map(|k| HEX[(arg >> (4 * k)) as usize & 0xF]));
+            }
+        }
+        line.push(b' ');
+        push_decimal(line, d);
+        line.push(b'\n');
+        self.out.write_all(line)
     }
 
     /// Write everything held (nothing is in flight any more) and flush.
@@ -223,6 +378,7 @@ mod tests {
         let mut w = TraceWriter::new(Vec::new(), 1_000, "test").unwrap();
         w.record(1_000, Op::Write, 4096, 8192, 90_000);
         w.note(2_000, "GET_ID", 3_000);
+        w.note_command(2_500, 13, 0x0001_0000, 2_600);
         w.record(5_000, Op::Flush, 0, 0, 6_000);
         w.record(7_000, Op::Discard, 0, 512, 9_000);
         w.flush().unwrap();
@@ -244,6 +400,10 @@ mod tests {
         let text = String::from_utf8(text).unwrap();
         assert!(text.contains("0 W 4096 8192 89000\n"), "{text}");
         assert!(text.contains("# 1000 GET_ID 2000\n"), "{text}");
+        assert!(
+            text.contains("# 1500 CMD13 arg=0x00010000 1600\n"),
+            "{text}"
+        );
     }
 
     /// Completion order is not arrival order; the file is in arrival order, and a line
@@ -275,6 +435,64 @@ mod tests {
             ]
         );
         Trace::parse(text.as_bytes()).unwrap();
+    }
+
+    #[test]
+    fn decimal_formatting_matches_std() {
+        let mut values: Vec<u64> = (0..1_000).collect();
+        for k in 1..20 {
+            let p = 10u64.pow(k);
+            values.extend([p - 1, p, p + 1, p / 7 * 3]);
+        }
+        values.push(u64::MAX);
+        for n in values {
+            let mut buf = Vec::new();
+            push_decimal(&mut buf, n);
+            assert_eq!(String::from_utf8(buf).unwrap(), n.to_string());
+        }
+    }
+
+    /// Lines written at once come after held lines that arrived no later, before held
+    /// lines that arrived later.
+    #[test]
+    fn lines_written_at_once_keep_arrival_order() {
+        let mut w = TraceWriter::new(Vec::new(), 0, "test").unwrap();
+        w.record(1_000, Op::Write, 0, 512, 2_000);
+        w.record(5_000, Op::Read, 512, 512, 6_000);
+        w.record_now(3_000, Op::Read, 1024, 512, 3_500).unwrap();
+        w.note_command_now(3_000, 13, 0x0001_0000, 3_600).unwrap();
+        assert_eq!(w.held(), 1);
+        w.flush().unwrap();
+        let text = String::from_utf8(w.out.clone()).unwrap();
+        let body: Vec<&str> = text.lines().skip(2).collect();
+        assert_eq!(
+            body,
+            [
+                "1000 W 0 512 2000",
+                "3000 R 1024 512 3500",
+                "# 3000 CMD13 arg=0x00010000 3600",
+                "5000 R 512 512 6000"
+            ]
+        );
+    }
+
+    #[test]
+    fn numbers_are_written_in_full() {
+        let mut w = TraceWriter::new(Vec::new(), 0, "test").unwrap();
+        w.record(0, Op::Read, u64::MAX - 511, 512, u64::MAX);
+        w.record(9, Op::Write, 10, 99, 1_000_000_007);
+        w.record(10, Op::Write, 0, 100, 1_000);
+        w.flush().unwrap();
+        let text = String::from_utf8(w.out.clone()).unwrap();
+        let body: Vec<&str> = text.lines().skip(2).collect();
+        assert_eq!(
+            body,
+            [
+                "0 R 18446744073709551104 512 18446744073709551615",
+                "9 W 10 99 1000000007",
+                "10 W 0 100 1000"
+            ]
+        );
     }
 
     #[test]

@@ -31,12 +31,9 @@ use super::request::{parse, ParseError, Request, RequestKind};
 use super::target::{CardTarget, SIZE_MAX};
 use crate::frontend::pacing::{ring_has_avail, Clock, Completions, Pending, SpinMargin};
 pub use crate::frontend::pacing::{Pacing, PacingStats, DEFAULT_SPIN, DEFAULT_SPIN_MAX};
-use crate::sim::trace::TraceWriter;
+pub use crate::frontend::trace::TraceSink;
 use crate::sim::workload::Op;
 use crate::timing::Nanos;
-
-/// Where `serve --trace` writes.
-pub type TraceSink = TraceWriter<std::io::BufWriter<std::fs::File>>;
 
 /// One request queue, as a single-slot host has.
 pub const NUM_QUEUES: usize = 1;
@@ -240,9 +237,8 @@ impl EmmcBlkBackend {
 
 impl Inner {
     fn flush_trace(&mut self) {
-        if let Some(Err(e)) = self.trace.as_mut().map(TraceSink::flush) {
-            log::error!("trace: {e}; tracing stops");
-            self.trace = None;
+        if let Some(result) = self.trace.as_mut().map(TraceSink::flush) {
+            crate::frontend::trace::stop_on_error(&mut self.trace, result);
         }
     }
 
@@ -274,9 +270,8 @@ impl Inner {
     /// Write the trace lines no request still in flight can precede.
     fn release_trace(&mut self) {
         let upto = self.target.oldest_arrival().unwrap_or(Nanos::MAX);
-        if let Some(Err(e)) = self.trace.as_mut().map(|t| t.release(upto)) {
-            log::error!("trace: {e}; tracing stops");
-            self.trace = None;
+        if let Some(result) = self.trace.as_mut().map(|t| t.release(upto)) {
+            crate::frontend::trace::stop_on_error(&mut self.trace, result);
         }
     }
 

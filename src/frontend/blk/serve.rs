@@ -7,10 +7,11 @@ use std::sync::Arc;
 use super::backend::{EmmcBlkBackend, TIMER_EVENT};
 use super::target::{CardTarget, DriverPolicy};
 use crate::frontend::control::{latency_json, pacing_json, Controlled};
-use crate::frontend::serve::{exact_timers, load_fault_plan, open_card, run_daemon, ServedBackend};
+use crate::frontend::serve::{
+    exact_timers, load_fault_plan, open_card, open_cmd_log, run_daemon, ServedBackend,
+};
 pub use crate::frontend::serve::{ServeArgs, TimingArg};
 use crate::host::mmc::MmcHost;
-use crate::sim::trace::TraceWriter;
 
 impl ServedBackend for EmmcBlkBackend {
     fn timer_fd(&self) -> i32 {
@@ -63,8 +64,9 @@ pub fn serve_blk(args: &ServeArgs) -> Result<(), String> {
         elevator: args.scheduler.elevator(args.slice_idle_us),
     };
     let faults = load_fault_plan(args.fault_plan.as_deref())?;
-    let mut target =
-        CardTarget::new(card, &model, &policy).map_err(|e| format!("card bring-up: {e}"))?;
+    let cmd_log = open_cmd_log(args, card.now(), &model.name)?;
+    let mut target = CardTarget::with_cmd_log(card, &model, &policy, cmd_log)
+        .map_err(|e| format!("card bring-up: {e}"))?;
     target.set_fault_injector(faults);
     log::info!(
         "model {}: {} sectors, serial {}",
@@ -79,11 +81,12 @@ pub fn serve_blk(args: &ServeArgs) -> Result<(), String> {
         std::time::Duration::from_micros(args.spin_max_us),
     );
     if let Some(path) = &args.trace {
-        let file = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let heading = format!("vhost-user-emmc serve, model {}", model.name);
-        let writer = TraceWriter::new(std::io::BufWriter::new(file), backend.card_now(), &heading)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        backend.set_trace(writer);
+        backend.set_trace(crate::frontend::trace::open(
+            path,
+            backend.card_now(),
+            &heading,
+        )?);
     }
     run_daemon(backend, &args.socket, args.control.as_deref(), &model.name)
 }

@@ -208,7 +208,18 @@ fn driver_config(model: &DeviceModel, policy: &DriverPolicy) -> BlkConfig {
 impl CardTarget {
     /// Bring `card` up as Linux's driver would with the host of `model.host`.
     pub fn new(card: Card, model: &DeviceModel, policy: &DriverPolicy) -> Result<Self, MmcError> {
-        let host = MmcHost::with_config(card, SdhciConfig::for_model(&model.host));
+        CardTarget::with_cmd_log(card, model, policy, None)
+    }
+
+    /// [`CardTarget::new`] with a command log on the controller from the bring-up on.
+    pub fn with_cmd_log(
+        card: Card,
+        model: &DeviceModel,
+        policy: &DriverPolicy,
+        cmd_log: Option<crate::host::cmdlog::CmdLog>,
+    ) -> Result<Self, MmcError> {
+        let mut host = MmcHost::with_config(card, SdhciConfig::for_model(&model.host));
+        host.sdhci.set_cmd_log(cmd_log);
         let cfg = driver_config(model, policy);
         let drv = MmcBlk::probe_with_data(host, cfg, GuestData::default())?;
         let cfg = drv.config();
@@ -491,5 +502,6 @@ impl CardTarget {
         }
         let now = host.now();
         host.card.power_off(now, PowerDown::Clean);
+        host.sdhci.flush_cmd_log();
     }
 }

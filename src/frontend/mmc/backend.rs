@@ -34,10 +34,15 @@ use super::request::{
     answer_control, answer_request, parse_control, parse_event_buffer, parse_request, put,
     refuse_control, refuse_request,
 };
+use super::trace::{MmcTracer, Traced};
 use crate::frontend::pacing::{
     ring_has_avail, Clock, Completions, Pacing, PacingStats, Pending, SpinMargin,
 };
+use crate::frontend::trace::{stop_on_error, TraceSink};
 use crate::timing::Nanos;
+
+/// The trace `serve --trace` writes.
+type Tracer = MmcTracer<std::io::BufWriter<std::fs::File>>;
 
 pub const QUEUE_SIZE: usize = 256;
 /// epoll data value of the pacing timer (0..=NUM_QUEUES are the library's).
@@ -56,6 +61,7 @@ struct Inner {
     poll: Duration,
     /// Events dropped for want of an event buffer, this session.
     events_dropped: u64,
+    trace: Option<Tracer>,
 }
 
 /// The virtio-mmc backend around one card.
@@ -87,6 +93,7 @@ impl EmmcMmcBackend {
                 completions,
                 poll: Duration::ZERO,
                 events_dropped: 0,
+                trace: None,
             }),
             timer_fd,
             config,
@@ -123,6 +130,12 @@ impl EmmcMmcBackend {
         self.lock().device.now()
     }
 
+    /// Record every request, with its arrival and completion in card time, in the trace
+    /// format (`serve --trace`; see [`super::trace`]).
+    pub fn set_trace(&self, trace: TraceSink) {
+        self.lock().trace = Some(MmcTracer::new(trace));
+    }
+
     /// Run `f` on the device (tests, statistics).
     pub fn with_device<R>(&self, f: impl FnOnce(&mut MmcDevice) -> R) -> R {
         f(&mut self.lock().device)
@@ -133,6 +146,7 @@ impl EmmcMmcBackend {
         let mut inner = self.lock();
         inner.completions.log_summary();
         inner.device.shutdown();
+        inner.flush_trace();
     }
 
     /// Forget the departed frontend and give the next one a card powered down and up.
@@ -150,6 +164,7 @@ impl EmmcMmcBackend {
             );
         }
         inner.events_dropped = 0;
+        inner.flush_trace();
         inner.clock = None;
         inner.mem = None;
         inner.device.restart();
@@ -173,7 +188,63 @@ fn take_chains(vring: &VringRwLock, mem: &Mem) -> Vec<virtio_queue::DescriptorCh
     }
 }
 
+/// The first block of a request's data in guest memory (a packed command's header).
+fn first_block(mem: &Mem, req: &super::request::MmcReq) -> Option<[u8; 512]> {
+    let mut block = [0u8; 512];
+    let mut at = 0;
+    for seg in &req.data {
+        if at == block.len() {
+            break;
+        }
+        let n = (seg.len as usize).min(block.len() - at);
+        vm_memory::Bytes::read_slice(&**mem, &mut block[at..at + n], seg.addr).ok()?;
+        at += n;
+    }
+    (at == block.len()).then_some(block)
+}
+
 impl Inner {
+    fn flush_trace(&mut self) {
+        if let Some(result) = self.trace.as_mut().map(Tracer::flush) {
+            stop_on_error(&mut self.trace, result);
+        }
+    }
+
+    /// Write the trace line(s) of an executed request.
+    fn trace_request(
+        &mut self,
+        mem: &Mem,
+        req: &super::request::MmcReq,
+        partition: crate::card::Partition,
+        arrival: Nanos,
+        done: &super::device::Executed,
+    ) {
+        let Some(tracer) = self.trace.as_mut() else {
+            return;
+        };
+        let packed_write = req.has(REQ_F_SBC)
+            && req.hdr.sbc.arg & crate::card::packed::CMD23_PACKED != 0
+            && req.has(REQ_F_WRITE)
+            && req.has(REQ_F_DATA);
+        let header = packed_write.then(|| first_block(mem, req)).flatten();
+        let end = if done.resp.flags & RESP_F_BUSY_PENDING != 0 {
+            done.done_at.max(done.resp.busy_until_ns)
+        } else {
+            done.done_at
+        };
+        let traced = Traced {
+            req,
+            partition,
+            sector_addressing: self.device.card().model().sector_addressing(),
+            header: header.as_ref(),
+            resp: &done.resp,
+            arrival,
+            done: end,
+        };
+        let result = tracer.request(&traced);
+        stop_on_error(&mut self.trace, result);
+    }
+
     /// Card time of a request arriving now.
     fn arrival(&mut self) -> Nanos {
         let card0 = self.device.now();
@@ -252,7 +323,11 @@ impl Inner {
         let arrival = self.arrival();
         match parse_request(chain, &self.device.limits()) {
             Ok(req) => {
+                let partition = self.device.card().current_partition();
                 let done = self.device.request(&**mem, &req, arrival);
+                if self.trace.is_some() {
+                    self.trace_request(mem, &req, partition, arrival, &done);
+                }
                 let len = answer_request(&**mem, &req, &done);
                 let due = self.due(done.done_at);
                 self.completions.push(Pending {

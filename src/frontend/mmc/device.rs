@@ -479,6 +479,13 @@ impl MmcDevice {
     pub fn shutdown(&mut self) {
         let now = self.host.now();
         self.host.card.power_off(now, PowerDown::Clean);
+        self.host.sdhci.flush_cmd_log();
+    }
+
+    /// Install a command log on the controller (`None` removes it); it stays across
+    /// sessions.
+    pub fn set_cmd_log(&mut self, log: Option<crate::host::cmdlog::CmdLog>) {
+        self.host.sdhci.set_cmd_log(log);
     }
 
     /// The frontend went away: power the card down cleanly and up again (in idle), and
@@ -487,8 +494,11 @@ impl MmcDevice {
         let now = self.host.now();
         self.host.card.power_cycle(now, PowerDown::Clean);
         let faults = self.host.sdhci.take_fault_injector();
+        self.host.sdhci.flush_cmd_log();
+        let cmd_log = self.host.sdhci.take_cmd_log();
         self.host.sdhci = SdhciHost::new(self.sdhci_config.clone());
         self.host.sdhci.set_fault_injector(faults);
+        self.host.sdhci.set_cmd_log(cmd_log);
         self.exception = None;
         self.bkops_level = 0;
     }

@@ -11,6 +11,7 @@ pub mod device;
 pub mod proto;
 pub mod request;
 pub mod serve;
+pub mod trace;
 
 #[cfg(test)]
 mod tests;

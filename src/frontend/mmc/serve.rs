@@ -8,7 +8,7 @@ use super::backend::{EmmcMmcBackend, TIMER_EVENT};
 use super::device::MmcDevice;
 use crate::frontend::control::{pacing_json, Controlled};
 use crate::frontend::serve::{
-    exact_timers, load_fault_plan, open_card, run_daemon, ServeArgs, ServedBackend,
+    exact_timers, load_fault_plan, open_card, open_cmd_log, run_daemon, ServeArgs, ServedBackend,
 };
 use crate::host::mmc::MmcHost;
 use crate::sim::command::{PackingArg, SchedulerArg};
@@ -48,9 +48,6 @@ impl Controlled for EmmcMmcBackend {
 /// Options that belong to the blk transport's own block driver.
 fn refuse_blk_options(args: &ServeArgs) -> Result<(), String> {
     let mut given = Vec::new();
-    if args.trace.is_some() {
-        given.push("--trace");
-    }
     if args.packing != PackingArg::Off {
         given.push("--packing");
     }
@@ -77,6 +74,7 @@ pub fn serve_mmc(args: &ServeArgs) -> Result<(), String> {
     let (card, model) = open_card(args)?;
     let mut device = MmcDevice::new(card, &model);
     device.set_fault_injector(load_fault_plan(args.fault_plan.as_deref())?);
+    device.set_cmd_log(open_cmd_log(args, device.now(), &model.name)?);
     let c = device.config();
     log::info!(
         "model {}: virtio-mmc, caps {:#x}, {}..{} Hz, {} segments of {} bytes, \
@@ -95,5 +93,16 @@ pub fn serve_mmc(args: &ServeArgs) -> Result<(), String> {
         std::time::Duration::from_micros(args.spin_us),
         std::time::Duration::from_micros(args.spin_max_us),
     );
+    if let Some(path) = &args.trace {
+        let heading = format!(
+            "vhost-user-emmc serve --transport mmc, model {}",
+            model.name
+        );
+        backend.set_trace(crate::frontend::trace::open(
+            path,
+            backend.card_now(),
+            &heading,
+        )?);
+    }
     run_daemon(backend, &args.socket, args.control.as_deref(), &model.name)
 }

@@ -1244,3 +1244,151 @@ fn injected_faults_reach_the_guest_as_the_controller_reports_them() {
         assert_eq!(d.fault_injector_mut().map(|f| f.history().len()), Some(2));
     });
 }
+
+/// A guest driver's traffic with `serve --trace` on: bring-up, a reliable CMD23+CMD25
+/// write, a CMD23+CMD18 read, a packed write, a cache flush, a CMD13, a trim, and a read
+/// of boot1. Returns the trace and the card-time origin it counts from, and each
+/// request's (start, end) in card time.
+fn traced_session() -> (String, Vec<(u64, u64)>) {
+    let mut rig = Rig::new(model(0), Pacing::Off);
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let origin = rig.backend.card_now();
+    rig.backend
+        .set_trace(crate::frontend::trace::open(file.path(), origin, "test").unwrap());
+    rig.bring_up();
+    let mut times = Vec::new();
+    let mut span = |r: &VirtioMmcResp| times.push((r.start_ns - origin, r.end_ns - origin));
+
+    let buf = rig.alloc(8192);
+    let write = VirtioMmcReqHdr {
+        flags: REQ_F_SBC | REQ_F_DATA | REQ_F_WRITE,
+        sbc: cmd(23, 8 | crate::card::packed::CMD23_RELIABLE_WRITE, RESP_R1),
+        blksz: 512,
+        blocks: 8,
+        ..hdr(cmd(25, 1000, RESP_R1))
+    };
+    let r = rig.request(write, &[(buf, 4096)]);
+    assert_eq!(r.bytes_xfered, 4096);
+    span(&r);
+    let read = VirtioMmcReqHdr {
+        flags: REQ_F_SBC | REQ_F_DATA,
+        sbc: cmd(23, 16, RESP_R1),
+        blksz: 512,
+        blocks: 16,
+        ..hdr(cmd(18, 1000, RESP_R1))
+    };
+    let r = rig.request(read, &[(buf, 8192)]);
+    assert_eq!(r.bytes_xfered, 8192);
+    span(&r);
+    // Packed write: a header and two entries, 8 blocks at 2000 and 4 reliable at 3000.
+    use crate::card::packed::{Direction, Entry, Header, CMD23_PACKED};
+    let header = Header {
+        direction: Direction::Write,
+        entries: vec![Entry::new(8, 2000, false), Entry::new(4, 3000, true)],
+    };
+    let packed = rig.alloc(13 * 512);
+    rig.mem
+        .memory()
+        .write_slice(&header.encode(), GuestAddress(packed))
+        .unwrap();
+    let write = VirtioMmcReqHdr {
+        flags: REQ_F_SBC | REQ_F_DATA | REQ_F_WRITE,
+        sbc: cmd(23, 13 | CMD23_PACKED, RESP_R1),
+        blksz: 512,
+        blocks: 13,
+        ..hdr(cmd(25, 2000, RESP_R1))
+    };
+    let r = rig.request(write, &[(packed, 13 * 512)]);
+    assert_eq!(r.bytes_xfered, 13 * 512);
+    assert_eq!(r.cmd.resp[0] & r1::ERRORS, 0);
+    span(&r);
+    let r = rig.command(
+        6,
+        0x0300_0000 | (ext::FLUSH_CACHE as u32) << 16 | 1 << 8,
+        RESP_R1B,
+    );
+    assert_eq!(r.cmd.error, ERR_NONE);
+    span(&r);
+    let r = rig.command(13, RCA, RESP_R1);
+    span(&r);
+    // Trim sectors 4096..=4100.
+    for (op, arg, resp) in [(35, 4096, RESP_R1), (36, 4100, RESP_R1), (38, 1, RESP_R1B)] {
+        let r = rig.command(op, arg, resp);
+        assert_eq!(r.cmd.resp[0] & r1::ERRORS, 0, "CMD{op}");
+        span(&r);
+    }
+    // A read of boot1 is no user-area request.
+    rig.switch(ext::PARTITION_CONFIG, 1);
+    let read = VirtioMmcReqHdr {
+        flags: REQ_F_DATA,
+        blksz: 512,
+        blocks: 1,
+        ..hdr(cmd(17, 0, RESP_R1))
+    };
+    let r = rig.request(read, &[(buf, 512)]);
+    assert_eq!(r.bytes_xfered, 512);
+    span(&r);
+    rig.backend.shutdown();
+    (std::fs::read_to_string(file.path()).unwrap(), times)
+}
+
+#[test]
+fn the_mmc_trace_has_a_line_per_user_area_request_and_comments_for_the_rest() {
+    let (text, t) = traced_session();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "# test");
+    // Bring-up is commands without data on the user area, or CMD8: all comments.
+    let first = lines
+        .iter()
+        .position(|l| !l.starts_with('#'))
+        .expect("data lines");
+    assert!(lines[2..first]
+        .iter()
+        .all(|l| l.starts_with("# ") && l.contains(" CMD")));
+    assert!(lines[2..first]
+        .iter()
+        .any(|l| l.contains(" CMD8 arg=0x00000000 ")));
+    let want = [
+        format!("{} WF 512000 4096 {}", t[0].0, t[0].1),
+        format!("{} R 512000 8192 {}", t[1].0, t[1].1),
+        format!("{} W 1024000 4096 {}", t[2].0, t[2].1),
+        format!("{} WF 1536000 2048 {}", t[2].0, t[2].1),
+        format!("{} F 0 0 {}", t[3].0, t[3].1),
+        format!("# {} CMD13 arg=0x00010000 {}", t[4].0, t[4].1),
+        format!("# {} CMD35 arg=0x00001000 {}", t[5].0, t[5].1),
+        format!("# {} CMD36 arg=0x00001004 {}", t[6].0, t[6].1),
+        format!("{} D 2097152 2560 {}", t[7].0, t[7].1),
+    ];
+    assert_eq!(lines[first..first + want.len()], want, "{text}");
+    // The partition switch and its CMD13 are comments, and so is the read of boot1.
+    let rest = &lines[first + want.len()..];
+    assert_eq!(rest.len(), 3, "{text}");
+    assert!(rest[0].contains(" CMD6 arg=0x03b30100 "), "{text}");
+    assert!(rest[1].contains(" CMD13 arg=0x00010000 "), "{text}");
+    assert_eq!(
+        rest[2],
+        format!("# {} CMD17 arg=0x00000000 {}", t[8].0, t[8].1)
+    );
+}
+
+#[test]
+fn the_mmc_trace_replays_with_the_simulators_parser() {
+    use crate::sim::workload::{Op, Workload};
+    let (text, _) = traced_session();
+    let mut trace = crate::sim::trace::Trace::parse(text.as_bytes()).expect("parses");
+    let mut ops = Vec::new();
+    while let Some(r) = trace.next_request() {
+        ops.push((r.op, r.lba, r.sectors));
+    }
+    assert_eq!(
+        ops,
+        [
+            (Op::WriteReliable, 1000, 8),
+            (Op::Read, 1000, 16),
+            (Op::Write, 2000, 8),
+            (Op::WriteReliable, 3000, 4),
+            (Op::Flush, 0, 0),
+            (Op::Discard, 4096, 5),
+        ]
+    );
+}
