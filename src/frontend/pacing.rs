@@ -308,6 +308,38 @@ pub fn ring_has_avail<M: GuestMemory>(vring: &VringRwLock, mem: &M) -> bool {
             })
 }
 
+/// What one look at the rings found, for [`poll_window`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Polled {
+    /// Stop polling: there is a completion to signal.
+    Done,
+    /// Nothing new.
+    Nothing,
+    /// Requests found and taken: the window starts again.
+    Took,
+}
+
+/// The poll window of both transports: with nothing pending, spin for up to `window`
+/// looking for the next request (`look` checks the rings and takes what it finds); each
+/// find restarts the window, a pending completion ends it.
+pub fn poll_window(
+    window: Duration,
+    mut look: impl FnMut() -> io::Result<Polled>,
+) -> io::Result<()> {
+    if window.is_zero() {
+        return Ok(());
+    }
+    let mut deadline = Instant::now() + window;
+    while Instant::now() < deadline {
+        match look()? {
+            Polled::Done => break,
+            Polled::Took => deadline = Instant::now() + window,
+            Polled::Nothing => std::hint::spin_loop(),
+        }
+    }
+    Ok(())
+}
+
 /// Wake-ups remembered.
 const WINDOW: usize = 128;
 /// The margin is recomputed after this many new wake-ups.
@@ -389,6 +421,46 @@ impl SpinMargin {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_poll_window_restarts_on_each_find_and_ends_at_a_completion() {
+        // A zero window never looks.
+        poll_window(Duration::ZERO, || panic!("looked")).unwrap();
+        // Nothing found: it gives up after the window.
+        let start = Instant::now();
+        let mut looks = 0;
+        poll_window(Duration::from_millis(20), || {
+            looks += 1;
+            Ok(Polled::Nothing)
+        })
+        .unwrap();
+        assert!(start.elapsed() >= Duration::from_millis(20) && looks > 1);
+        // A find every 10 ms, three times, keeps a 15 ms window open past 30 ms.
+        let start = Instant::now();
+        let mut finds = 0;
+        let mut last = Instant::now();
+        poll_window(Duration::from_millis(15), || {
+            if finds < 3 && last.elapsed() >= Duration::from_millis(10) {
+                finds += 1;
+                last = Instant::now();
+                return Ok(Polled::Took);
+            }
+            Ok(Polled::Nothing)
+        })
+        .unwrap();
+        assert_eq!(finds, 3);
+        assert!(start.elapsed() >= Duration::from_millis(45));
+        // A completion ends it at once; an error comes back.
+        let mut looks = 0;
+        poll_window(Duration::from_secs(60), || {
+            looks += 1;
+            Ok(Polled::Done)
+        })
+        .unwrap();
+        assert_eq!(looks, 1);
+        let e = poll_window(Duration::from_secs(60), || Err(io::Error::other("x")));
+        assert!(e.is_err());
+    }
 
     /// Regression (hostile frontend, docs/robustness.md): an avail index more than a ring
     /// ahead made the poll loops spin and log until the index changed.

@@ -29,7 +29,9 @@ use vmm_sys_util::event::{
 
 use super::request::{parse, ParseError, Request, RequestKind};
 use super::target::{CardTarget, SIZE_MAX};
-use crate::frontend::pacing::{ring_has_avail, Clock, Completions, Pending, SpinMargin};
+use crate::frontend::pacing::{
+    poll_window, ring_has_avail, Clock, Completions, Pending, Polled, SpinMargin,
+};
 pub use crate::frontend::pacing::{Pacing, PacingStats, DEFAULT_SPIN, DEFAULT_SPIN_MAX};
 pub use crate::frontend::trace::TraceSink;
 use crate::sim::workload::Op;
@@ -429,23 +431,18 @@ impl Inner {
     /// With nothing pending, spin on the avail ring for up to the poll window; take what
     /// arrives (each request found restarts the window).
     fn poll_for_more(&mut self, vring: &VringRwLock) -> io::Result<()> {
-        if self.poll.is_zero() {
-            return Ok(());
-        }
         let Some(atomic) = self.mem.clone() else {
             return Ok(());
         };
-        let mut deadline = Instant::now() + self.poll;
-        while self.completions.is_empty() && Instant::now() < deadline {
-            let mem = atomic.memory();
-            if ring_has_avail(vring, &*mem) {
-                self.process_queue(vring)?;
-                deadline = Instant::now() + self.poll;
+        poll_window(self.poll, || {
+            if !self.completions.is_empty() {
+                Ok(Polled::Done)
+            } else if ring_has_avail(vring, &*atomic.memory()) {
+                self.process_queue(vring).map(|()| Polled::Took)
             } else {
-                std::hint::spin_loop();
+                Ok(Polled::Nothing)
             }
-        }
-        Ok(())
+        })
     }
 }
 

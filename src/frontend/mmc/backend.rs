@@ -36,7 +36,8 @@ use super::request::{
 };
 use super::trace::{MmcTracer, Traced};
 use crate::frontend::pacing::{
-    ring_has_avail, Clock, Completions, Pacing, PacingStats, Pending, SpinMargin,
+    poll_window, ring_has_avail, Clock, Completions, Pacing, PacingStats, Pending, Polled,
+    SpinMargin,
 };
 use crate::frontend::trace::{stop_on_error, TraceSink};
 use crate::timing::Nanos;
@@ -436,25 +437,21 @@ impl Inner {
     /// With nothing pending, spin on the request and control rings for up to the poll
     /// window; take what arrives (each find restarts the window).
     fn poll_for_more(&mut self, vrings: &[VringRwLock]) -> io::Result<()> {
-        if self.poll.is_zero() {
-            return Ok(());
-        }
         let Some(atomic) = self.mem.clone() else {
             return Ok(());
         };
-        let mut deadline = Instant::now() + self.poll;
-        while self.completions.is_empty() && Instant::now() < deadline {
+        poll_window(self.poll, || {
             let mem = atomic.memory();
-            if ring_has_avail(&vrings[REQUEST_QUEUE], &*mem)
+            if !self.completions.is_empty() {
+                Ok(Polled::Done)
+            } else if ring_has_avail(&vrings[REQUEST_QUEUE], &*mem)
                 || ring_has_avail(&vrings[CONTROL_QUEUE], &*mem)
             {
-                self.process(vrings)?;
-                deadline = Instant::now() + self.poll;
+                self.process(vrings).map(|()| Polled::Took)
             } else {
-                std::hint::spin_loop();
+                Ok(Polled::Nothing)
             }
-        }
-        Ok(())
+        })
     }
 }
 
