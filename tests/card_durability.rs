@@ -321,10 +321,13 @@ fn bkops_start_needs_bkops_en() {
     assert_ne!(s & r1::SWITCH_ERROR, 0);
 }
 
-/// A MemStore that counts data bytes written since the last `sync()`.
+/// A MemStore that counts data bytes written since the last `sync()`; with
+/// `flush_only` it syncs only at `sync()`, not at `sync_program()` (what `serve
+/// --image-sync flush` sets on the image).
 struct SyncWatch {
     inner: MemStore,
     unsynced: Arc<AtomicU64>,
+    flush_only: bool,
 }
 
 impl Store for SyncWatch {
@@ -345,6 +348,13 @@ impl Store for SyncWatch {
         self.unsynced.store(0, Ordering::SeqCst);
         self.inner.sync()
     }
+    fn sync_program(&mut self) -> Result<(), StoreError> {
+        if self.flush_only {
+            Ok(())
+        } else {
+            self.sync()
+        }
+    }
     fn load_card_state(&self) -> Option<toml::Table> {
         self.inner.load_card_state()
     }
@@ -364,6 +374,7 @@ fn writes_acknowledged_as_durable_are_synced_to_the_image() {
     let store = SyncWatch {
         inner: MemStore::new(layout),
         unsynced: unsynced.clone(),
+        flush_only: false,
     };
     let mut h = Host {
         card: Card::new(model, Box::new(store)).unwrap(),
@@ -384,4 +395,33 @@ fn writes_acknowledged_as_durable_are_synced_to_the_image() {
         0,
         "cache off: every write synced when acknowledged"
     );
+}
+
+/// `serve --image-sync flush`: the card asks the store to sync a durable program through
+/// `sync_program`, which such a store defers to the next flush; FLUSH_CACHE still syncs.
+#[test]
+fn a_store_that_syncs_only_at_flushes_is_synced_by_flush_cache() {
+    let model = common::model();
+    let layout = Card::layout_for(&model);
+    let unsynced = Arc::new(AtomicU64::new(0));
+    let store = SyncWatch {
+        inner: MemStore::new(layout),
+        unsynced: unsynced.clone(),
+        flush_only: true,
+    };
+    let mut h = Host {
+        card: Card::new(model, Box::new(store)).unwrap(),
+        now: 0,
+    };
+    h.init();
+    let pending = || unsynced.load(Ordering::SeqCst);
+    h.write(200, &pattern(2, 4), RELIABLE);
+    assert_eq!(
+        pending(),
+        4 * 512,
+        "the reliable write is in the image, not yet synced"
+    );
+    h.switch_ok(ext::FLUSH_CACHE, 1);
+    assert_eq!(pending(), 0, "FLUSH_CACHE syncs it");
+    assert_eq!(peek(&mut h, 200, 4), pattern(2, 4));
 }

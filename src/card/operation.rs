@@ -185,7 +185,7 @@ impl Card {
         // survive the host losing power too (docs/image-format.md, Durability). At a power
         // cut the card cannot promise anything more, so nothing is synced there.
         if programmed_medium && !medium_only {
-            if let Err(e) = self.store.sync() {
+            if let Err(e) = self.store.sync_program() {
                 log::error!("syncing the image: {e}");
                 self.status |= super::r1::ERROR;
             }

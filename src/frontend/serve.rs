@@ -52,6 +52,20 @@ pub enum TransportArg {
     Mmc,
 }
 
+/// `--image-sync`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ImageSyncArg {
+    /// fdatasync the image whenever the card finishes programming data it acknowledges
+    /// as durable (reliable write, forced programming, cache off) and at every flush:
+    /// acknowledged data survives the host losing power.
+    #[default]
+    Durable,
+    /// fdatasync only at cache flushes and shutdown: durable programs reach the image
+    /// file at once (they survive the daemon being killed) but not the disk until the
+    /// next flush. Cacheless models on a slow disk keep their pacing.
+    Flush,
+}
+
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeArgs {
     /// vhost-user socket to create.
@@ -66,6 +80,9 @@ pub struct ServeArgs {
     /// What the socket serves: a block device (blk) or raw MMC requests (mmc).
     #[arg(long, value_enum, default_value_t = TransportArg::Blk)]
     pub transport: TransportArg,
+    /// When the image is fdatasynced (docs/durability.md).
+    #[arg(long, value_enum, default_value_t = ImageSyncArg::Durable)]
+    pub image_sync: ImageSyncArg,
     #[arg(long, value_enum, default_value = "realtime")]
     pub timing: TimingArg,
     /// Wall time per unit of card time with realtime pacing (2.0 = twice as slow).
@@ -261,13 +278,14 @@ pub fn open_card(args: &ServeArgs) -> Result<(Card, DeviceModel), String> {
     };
     let model = DeviceModel::load(&name).map_err(|e| e.to_string())?;
     let layout = Card::layout_for(&model);
-    let store = if existing {
+    let mut store = if existing {
         ImageStore::open(&args.image, layout, &model.name)
     } else {
         log::info!("creating {} for model {}", args.image.display(), model.name);
         ImageStore::create(&args.image, layout, &model.name)
     }
     .map_err(|e| e.to_string())?;
+    store.set_sync_programs(args.image_sync == ImageSyncArg::Durable);
     let card = Card::new(model.clone(), Box::new(store)).map_err(|e| e.to_string())?;
     Ok((card, model))
 }

@@ -58,6 +58,11 @@ pub struct ImageStore {
     sidecar: PathBuf,
     file: File,
     card_state: Option<toml::Table>,
+    /// fdatasync when the card finishes a durable program (`sync_program`); false: only
+    /// at `sync` (cache flushes, shutdown).
+    sync_programs: bool,
+    /// fdatasyncs done.
+    syncs: u64,
 }
 
 /// The `[image]` table, in the order it is written.
@@ -118,6 +123,19 @@ pub fn read_header(path: &Path) -> Result<ImageHeader, StoreError> {
 }
 
 impl ImageStore {
+    /// Whether a durable program (reliable write, forced programming, cache off) is
+    /// fdatasynced when it ends (the default), or only at the next cache flush or
+    /// shutdown (`serve --image-sync flush`: the data is in the file at once, so it
+    /// survives the daemon being killed, but not the host losing power before that sync).
+    pub fn set_sync_programs(&mut self, on: bool) {
+        self.sync_programs = on;
+    }
+
+    /// fdatasyncs done so far.
+    pub fn syncs(&self) -> u64 {
+        self.syncs
+    }
+
     /// Create a new sparse image and its sidecar. Fails if either exists.
     pub fn create(path: &Path, layout: ImageLayout, model_name: &str) -> Result<Self, StoreError> {
         let size = checked_total(&layout).map_err(|problem| StoreError::BadLayout {
@@ -167,6 +185,8 @@ impl ImageStore {
             sidecar,
             file,
             card_state: None,
+            sync_programs: true,
+            syncs: 0,
         })
     }
 
@@ -237,6 +257,8 @@ impl ImageStore {
             sidecar,
             file,
             card_state: card,
+            sync_programs: true,
+            syncs: 0,
         })
     }
 
@@ -336,7 +358,16 @@ impl Store for ImageStore {
     }
 
     fn sync(&mut self) -> Result<(), StoreError> {
+        self.syncs += 1;
         self.file.sync_data().map_err(|e| self.io(e))
+    }
+
+    fn sync_program(&mut self) -> Result<(), StoreError> {
+        if self.sync_programs {
+            self.sync()
+        } else {
+            Ok(())
+        }
     }
 
     fn load_card_state(&self) -> Option<toml::Table> {
@@ -563,6 +594,30 @@ mod tests {
     /// Bytes allocated to the file on disk (st_blocks is in 512-byte units).
     fn allocated(path: &Path) -> u64 {
         fs::metadata(path).unwrap().blocks() * 512
+    }
+
+    #[test]
+    fn durable_programs_sync_unless_the_store_syncs_only_at_flushes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, mut store) = new_image(&dir);
+        let user = layout().user_offset();
+        store.write_at(user, &pattern(1, SECTOR)).unwrap();
+        store.sync_program().unwrap();
+        assert_eq!(
+            store.syncs(),
+            1,
+            "by default a durable program is fdatasynced"
+        );
+        store.set_sync_programs(false);
+        store.write_at(user, &pattern(2, SECTOR)).unwrap();
+        store.sync_program().unwrap();
+        assert_eq!(store.syncs(), 1, "--image-sync flush: not at the program");
+        store.sync().unwrap();
+        assert_eq!(store.syncs(), 2, "a flush still syncs");
+        // What was written is in the file whatever the policy (a killed daemon keeps it).
+        drop(store);
+        let mut again = ImageStore::open(&path, layout(), MODEL).unwrap();
+        assert_eq!(read(&mut again, user, SECTOR), pattern(2, SECTOR));
     }
 
     fn problem(err: StoreError) -> String {

@@ -81,6 +81,13 @@ pub trait Store {
     fn fill(&mut self, offset: u64, len: u64, byte: u8) -> Result<(), StoreError>;
     /// Make everything written so far durable (fdatasync for files).
     fn sync(&mut self) -> Result<(), StoreError>;
+    /// The card finished programming data it acknowledges as durable (a reliable write,
+    /// forced programming, a write with the cache off): make it durable. Stores whose
+    /// owner chose to sync only at cache flushes (`serve --image-sync flush`) leave it to
+    /// the next `sync`.
+    fn sync_program(&mut self) -> Result<(), StoreError> {
+        self.sync()
+    }
     /// The card's persistent state as last saved, or `None` for a fresh image.
     fn load_card_state(&self) -> Option<toml::Table>;
     /// Whether the store keeps data at all. A store that does not (the simulator's) lets
