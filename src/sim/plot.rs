@@ -497,6 +497,22 @@ fn caption_font<DB: DrawingBackend>(
     Ok((FONT, 14).into_font())
 }
 
+/// A chart in `area` laid out as every plot is: the caption sized to fit, margins, room
+/// for the axis labels.
+fn chart_in<'a, 'b, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+    caption: &str,
+) -> Result<ChartBuilder<'a, 'b, DB>, String> {
+    let mut builder = ChartBuilder::on(area);
+    builder
+        .caption(caption, caption_font(area, caption)?)
+        .margin(12)
+        .margin_right(40)
+        .x_label_area_size(56)
+        .y_label_area_size(80);
+    Ok(builder)
+}
+
 fn draw<DB: DrawingBackend>(
     plot: Plot,
     root: &DrawingArea<DB, Shift>,
@@ -521,12 +537,7 @@ fn draw_cdf<DB: DrawingBackend>(
     data: &Prepared,
 ) -> Result<(), String> {
     let (lo, hi) = data.latency_range;
-    let mut chart = ChartBuilder::on(area)
-        .caption(caption, caption_font(area, caption)?)
-        .margin(12)
-        .margin_right(40)
-        .x_label_area_size(56)
-        .y_label_area_size(80)
+    let mut chart = chart_in(area, caption)?
         .build_cartesian_2d((lo..hi).log_scale(), 0f64..100f64)
         .map_err(message)?;
     chart
@@ -563,12 +574,7 @@ fn draw_throughput<DB: DrawingBackend>(
     } else {
         1.0
     };
-    let mut chart = ChartBuilder::on(area)
-        .caption(caption, caption_font(area, caption)?)
-        .margin(12)
-        .margin_right(40)
-        .x_label_area_size(56)
-        .y_label_area_size(80)
+    let mut chart = chart_in(area, caption)?
         .build_cartesian_2d(0f64..data.time_end_s, 0f64..top)
         .map_err(message)?;
     let x_desc = format!(
@@ -608,12 +614,7 @@ fn draw_scatter<DB: DrawingBackend>(
         None => caption.to_string(),
     };
     let (lo, hi) = data.latency_range;
-    let mut chart = ChartBuilder::on(area)
-        .caption(&caption, caption_font(area, &caption)?)
-        .margin(12)
-        .margin_right(40)
-        .x_label_area_size(56)
-        .y_label_area_size(80)
+    let mut chart = chart_in(area, &caption)?
         .build_cartesian_2d(0f64..data.offset_end_mib, (lo..hi).log_scale())
         .map_err(message)?;
     chart
@@ -681,12 +682,7 @@ fn draw_packing<DB: DrawingBackend>(
     let kmin = all().map(|&(k, _)| k).min().unwrap_or(1);
     let kmax = all().map(|&(k, _)| k).max().unwrap_or(1);
     let top = all().map(|&(_, n)| n).max().unwrap_or(0).max(1) as f64 * 1.1;
-    let mut chart = ChartBuilder::on(area)
-        .caption(caption, caption_font(area, caption)?)
-        .margin(12)
-        .margin_right(40)
-        .x_label_area_size(56)
-        .y_label_area_size(80)
+    let mut chart = chart_in(area, caption)?
         .build_cartesian_2d(kmin as f64 - 0.5..kmax as f64 + 0.5, 0f64..top)
         .map_err(message)?;
     let integer = |v: &f64| {
