@@ -363,24 +363,29 @@ impl Store for SyncWatch {
     }
 }
 
-#[test]
-fn writes_acknowledged_as_durable_are_synced_to_the_image() {
-    // Found by `simulate --workload power-cut --lose-unsynced`: reliable writes, forced
-    // programming and writes with the cache off reached the image with pwrite only, so a
-    // host power loss could take acknowledged durable data with the page cache.
+/// A card brought up on a [`SyncWatch`] store, and the store's unsynced byte count.
+fn watched_host(flush_only: bool) -> (Host, Arc<AtomicU64>) {
     let model = common::model();
-    let layout = Card::layout_for(&model);
     let unsynced = Arc::new(AtomicU64::new(0));
     let store = SyncWatch {
-        inner: MemStore::new(layout),
+        inner: MemStore::new(Card::layout_for(&model)),
         unsynced: unsynced.clone(),
-        flush_only: false,
+        flush_only,
     };
     let mut h = Host {
         card: Card::new(model, Box::new(store)).unwrap(),
         now: 0,
     };
     h.init();
+    (h, unsynced)
+}
+
+#[test]
+fn writes_acknowledged_as_durable_are_synced_to_the_image() {
+    // Found by `simulate --workload power-cut --lose-unsynced`: reliable writes, forced
+    // programming and writes with the cache off reached the image with pwrite only, so a
+    // host power loss could take acknowledged durable data with the page cache.
+    let (mut h, unsynced) = watched_host(false);
     let pending = || unsynced.load(Ordering::SeqCst);
     h.write(100, &pattern(1, 4), 0);
     assert_eq!(pending(), 0, "a cached write does not touch the image");
@@ -401,19 +406,7 @@ fn writes_acknowledged_as_durable_are_synced_to_the_image() {
 /// `sync_program`, which such a store defers to the next flush; FLUSH_CACHE still syncs.
 #[test]
 fn a_store_that_syncs_only_at_flushes_is_synced_by_flush_cache() {
-    let model = common::model();
-    let layout = Card::layout_for(&model);
-    let unsynced = Arc::new(AtomicU64::new(0));
-    let store = SyncWatch {
-        inner: MemStore::new(layout),
-        unsynced: unsynced.clone(),
-        flush_only: true,
-    };
-    let mut h = Host {
-        card: Card::new(model, Box::new(store)).unwrap(),
-        now: 0,
-    };
-    h.init();
+    let (mut h, unsynced) = watched_host(true);
     let pending = || unsynced.load(Ordering::SeqCst);
     h.write(200, &pattern(2, 4), RELIABLE);
     assert_eq!(
