@@ -2,12 +2,18 @@
 
 use std::process::Command;
 
-fn simulate(args: &[&str]) -> std::process::Output {
+/// Run the binary with `args`.
+fn cli(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_vhost-user-emmc"))
-        .arg("simulate")
         .args(args)
         .output()
         .unwrap()
+}
+
+fn simulate(args: &[&str]) -> std::process::Output {
+    let mut all = vec!["simulate"];
+    all.extend_from_slice(args);
+    cli(&all)
 }
 
 fn json(out: &std::process::Output) -> serde_json::Value {
@@ -349,22 +355,19 @@ fn legacy_reliable_is_refused_outside_power_cut() {
 /// terminal (no progress bar in logs), JSON, and a clear refusal of bad arguments.
 #[test]
 fn compare_prints_one_column_per_run_and_stays_quiet_off_a_terminal() {
-    let out = Command::new(env!("CARGO_BIN_EXE_vhost-user-emmc"))
-        .args([
-            "compare",
-            "--models",
-            "generic-emmc45,toshiba-mmc32g",
-            "--policy",
-            "packing=off,always",
-            "--workload",
-            "rand-write",
-            "--count",
-            "64",
-            "--qd",
-            "8",
-        ])
-        .output()
-        .unwrap();
+    let out = cli(&[
+        "compare",
+        "--models",
+        "generic-emmc45,toshiba-mmc32g",
+        "--policy",
+        "packing=off,always",
+        "--workload",
+        "rand-write",
+        "--count",
+        "64",
+        "--qd",
+        "8",
+    ]);
     assert!(
         out.status.success(),
         "{}",
@@ -411,32 +414,26 @@ fn compare_prints_one_column_per_run_and_stays_quiet_off_a_terminal() {
         "eight queued random writes on toshiba get packed: {row}"
     );
 
-    let out = Command::new(env!("CARGO_BIN_EXE_vhost-user-emmc"))
-        .args([
-            "compare",
-            "--models",
-            "ideal",
-            "--workload",
-            "rand-read",
-            "--json",
-        ])
-        .output()
-        .unwrap();
+    let out = cli(&[
+        "compare",
+        "--models",
+        "ideal",
+        "--workload",
+        "rand-read",
+        "--json",
+    ]);
     let j = json(&out);
     assert_eq!(j["runs"][0]["read"]["ops"], 2000);
 
-    let out = Command::new(env!("CARGO_BIN_EXE_vhost-user-emmc"))
-        .args([
-            "compare",
-            "--models",
-            "ideal",
-            "--workload",
-            "rand-read",
-            "--policy",
-            "packing=never",
-        ])
-        .output()
-        .unwrap();
+    let out = cli(&[
+        "compare",
+        "--models",
+        "ideal",
+        "--workload",
+        "rand-read",
+        "--policy",
+        "packing=never",
+    ]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("off, always or controlled"));
 }
