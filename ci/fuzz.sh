@@ -7,7 +7,7 @@
 # possible), each target runs under libFuzzer for N seconds (default 600) on a scratch
 # copy of its committed seeds (fuzz/work/<target>; fuzz/corpus stays as committed);
 # crashes land in fuzz/artifacts/<target>/. Without them — or with --stable — the stable
-# corpus runner (tests/fuzz_corpus.rs) runs each target instead, with an iteration count
+# corpus runner (crates/frontend/tests/fuzz_corpus.rs) runs each target instead, with an iteration count
 # scaled to N. Prints per target: executions, coverage and features when known, crashes.
 # Targets: card_commands packed_header rpmb_frames blk_chain mmc_chain model_toml.
 # Exit status is non-zero when any target crashed.
@@ -98,12 +98,12 @@ if [[ $stable == 0 ]] && have_libfuzzer; then
 else
     # About 200 inputs a second per target in a debug build: scale to the time asked for.
     iterations=$((seconds * 200))
-    echo "== stable corpus runner (tests/fuzz_corpus.rs), ${iterations} inputs per target"
-    cargo test --quiet --test fuzz_corpus --no-run 2>&1 | tail -1
+    echo "== stable corpus runner (crates/frontend/tests/fuzz_corpus.rs), ${iterations} inputs per target"
+    cargo test --quiet -p emmc-frontend --test fuzz_corpus --no-run 2>&1 | tail -1
     printf '%-14s %12s %8s  %s\n' target inputs seconds result
     for t in "${targets[@]}"; do
         start=$(date +%s)
-        if out=$(FUZZ_ITERATIONS=$iterations cargo test --quiet --test fuzz_corpus -- \
+        if out=$(FUZZ_ITERATIONS=$iterations cargo test --quiet -p emmc-frontend --test fuzz_corpus -- \
             --exact "$t" --nocapture 2>&1); then
             result=ok
         else

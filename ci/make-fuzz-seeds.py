@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write the small seed corpora under fuzz/corpus/<target>/ (committed; regenerate with
 this script). Each seed is a structured input that reaches deep into its target's code;
-the layouts follow the decoders in src/fuzzing.rs."""
+the layouts follow the decoders in crates/frontend/src/fuzzing.rs."""
 import os
 import struct
 

@@ -1,14 +1,16 @@
-//! The `vhost-user-emmc` command line.
+//! The `vhost-user-emmc` command line: every subcommand, each handed to the crate of its
+//! layer (`serve` and `control` to emmc-frontend, `simulate`, `compare` and `selfcheck` to
+//! emmc-sim, `models`, `inspect` and `image` to emmc-card).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use vhost_user_emmc::card::Card;
-use vhost_user_emmc::model::{builtin_model_names, DeviceModel, DEFAULT_MODEL};
-use vhost_user_emmc::store::{read_header, ImageStore, NullStore};
-use vhost_user_emmc::{inspect, selfcheck};
+use emmc_card::model::{builtin_model_names, DeviceModel, DEFAULT_MODEL};
+use emmc_card::store::{read_header, ImageStore, NullStore};
+use emmc_card::{inspect, Card};
+use emmc_sim::selfcheck;
 
 /// An eMMC 4.5 card behind an emulated SDHCI host, for QEMU guests over vhost-user.
 #[derive(Parser)]
@@ -40,16 +42,16 @@ enum Commands {
     /// Serve the card to a QEMU guest over vhost-user: as a block device (vhost-user-blk,
     /// the default) or as an SD host controller carrying raw MMC requests (--transport mmc,
     /// docs/virtio-mmc.md).
-    Serve(vhost_user_emmc::frontend::serve::ServeArgs),
+    Serve(emmc_frontend::serve::ServeArgs),
     /// Talk to a running daemon's control socket (`serve --control PATH`).
-    Control(vhost_user_emmc::frontend::control::ControlArgs),
+    Control(emmc_frontend::control::ControlArgs),
     /// Run a workload against a card model in card time (no sleeping, no data) and report
     /// throughput, latency percentiles and the card's counters.
-    Simulate(Box<vhost_user_emmc::sim::command::SimulateArgs>),
+    Simulate(Box<emmc_sim::command::SimulateArgs>),
     /// Run the same work (a trace from `serve --trace`, or a workload) through every
     /// card model × driver policy in the simulator and show them side by side: a table,
     /// JSON, and with --out DIR the plots (docs/comparisons.md).
-    Compare(Box<vhost_user_emmc::sim::compare::CompareArgs>),
+    Compare(Box<emmc_sim::compare::CompareArgs>),
     /// Bring a card up on a scratch image the way Linux would, exercise its features and
     /// check that the image keeps what the card promised.
     Selfcheck {
@@ -119,10 +121,10 @@ fn run(cli: Cli) -> Result<(), String> {
             );
             Ok(())
         }
-        Commands::Serve(args) => vhost_user_emmc::frontend::serve::serve(&args),
-        Commands::Control(args) => vhost_user_emmc::frontend::control::control(&args),
+        Commands::Serve(args) => emmc_frontend::serve::serve(&args),
+        Commands::Control(args) => emmc_frontend::control::control(&args),
         Commands::Simulate(args) => {
-            let output = vhost_user_emmc::sim::command::simulate(&args)?;
+            let output = emmc_sim::command::simulate(&args)?;
             if args.json {
                 println!("{}", output.to_json());
             } else {
@@ -134,7 +136,7 @@ fn run(cli: Cli) -> Result<(), String> {
             Ok(())
         }
         Commands::Compare(args) => {
-            let out = vhost_user_emmc::sim::compare::run_command(&args)?;
+            let out = emmc_sim::compare::run_command(&args)?;
             if args.json {
                 println!("{out}");
             } else {

@@ -1,3 +1,3 @@
 #![no_main]
-//! `vhost_user_emmc::fuzzing::blk_chain` under libFuzzer.
-libfuzzer_sys::fuzz_target!(|data: &[u8]| vhost_user_emmc::fuzzing::blk_chain(data));
+//! `emmc_frontend::fuzzing::blk_chain` under libFuzzer.
+libfuzzer_sys::fuzz_target!(|data: &[u8]| emmc_frontend::fuzzing::blk_chain(data));

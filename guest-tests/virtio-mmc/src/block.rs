@@ -1,15 +1,15 @@
 //! A block device over virtio-mmc: the main crate's MMC block driver
-//! ([`MmcBlk`], `src/host/blkdrv.rs`: bring-up, queue, scheduler, packing, reliable write,
+//! ([`MmcBlk`], `crates/host/src/blkdrv.rs`: bring-up, queue, scheduler, packing, reliable write,
 //! flush, discard, HPI and BKOPS policies) running on a [`VirtioMmcHost`]. The same code
 //! the daemon's vhost-user-blk transport runs in-process, here on the far side of the
 //! socket.
 
 use std::collections::{BTreeMap, HashMap};
 
-use vhost_user_emmc::host::blkdrv::{Advance, BlkConfig, BlkData, BlkError, MmcBlk};
-use vhost_user_emmc::host::mmc::MmcError;
-use vhost_user_emmc::host::packing::{BlkOp, BlkRequest};
-use vhost_user_emmc::timing::Nanos;
+use emmc_card::timing::Nanos;
+use emmc_host::blkdrv::{Advance, BlkConfig, BlkData, BlkError, MmcBlk};
+use emmc_host::mmc::MmcError;
+use emmc_host::packing::{BlkOp, BlkRequest};
 
 use crate::host::VirtioMmcHost;
 use crate::transport::{Transport, TransportError, VhostUserTransport};

@@ -2,16 +2,16 @@
 //! core and the block driver becomes one request chain (header, data, response) on the
 //! request queue; ios, busy waits, idling and tuning go over the control queue. The
 //! host keeps the device's card time from the responses, so the MMC core and
-//! [`MmcBlk`](vhost_user_emmc::host::blkdrv::MmcBlk) run in card time exactly as they do
+//! [`MmcBlk`](emmc_host::blkdrv::MmcBlk) run in card time exactly as they do
 //! over the in-process SDHCI model.
 
-use vhost_user_emmc::frontend::mmc::proto::*;
-use vhost_user_emmc::host::mmc::{HostCaps, MmcHostOps};
-use vhost_user_emmc::host::sdhci::{
+use emmc_card::timing::Nanos;
+use emmc_frontend::mmc::proto::*;
+use emmc_host::mmc::{HostCaps, MmcHostOps};
+use emmc_host::sdhci::{
     adma_err, error_int, normal_int, BusTiming, CommandOutcome, DataDirection, DmaSegment,
     IntStatus, MmcCommand, MmcIos, MmcRequest, PowerMode, SdhciCompletion, SdhciError, TuningError,
 };
-use vhost_user_emmc::timing::Nanos;
 use vm_memory::ByteValued;
 
 use crate::transport::{Desc, Transport, TransportError, VhostUserTransport};

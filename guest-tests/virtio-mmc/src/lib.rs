@@ -6,7 +6,7 @@
 //! - [`transport`]: descriptor chains over a vhost-user socket ([`VhostUserTransport`]),
 //!   or to an in-process device ([`loopback::Loopback`]) for unit tests;
 //! - [`host`]: [`VirtioMmcHost`], Linux's `mmc_host_ops` over virtio-mmc
-//!   ([`MmcHostOps`](vhost_user_emmc::host::mmc::MmcHostOps)), plus raw requests and
+//!   ([`MmcHostOps`](emmc_host::mmc::MmcHostOps)), plus raw requests and
 //!   hand-made chains for tests;
 //! - [`block`]: [`VirtioMmcBlk`], the block driver `MmcBlk` over it;
 //! - [`daemon`]: starting the daemon for tests and the benchmark.

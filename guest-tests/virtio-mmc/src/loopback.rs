@@ -5,15 +5,15 @@
 //! is one guest-memory region laid out as [`crate::VhostUserTransport`] lays out its own:
 //! the control request and result, then the request area [`Transport::mem`] returns.
 
-use vhost_user_emmc::card::Card;
-use vhost_user_emmc::frontend::mmc::device::MmcDevice;
-use vhost_user_emmc::frontend::mmc::proto::*;
-use vhost_user_emmc::frontend::mmc::request::{
+use emmc_card::model::DeviceModel;
+use emmc_card::store::MemStore;
+use emmc_card::Card;
+use emmc_frontend::mmc::device::MmcDevice;
+use emmc_frontend::mmc::proto::*;
+use emmc_frontend::mmc::request::{
     answer_control, answer_request, parse_control_descs, parse_request_descs, refuse_control,
     refuse_request, ChainDesc, CTRL_REQ_LEN, CTRL_RESP_LEN,
 };
-use vhost_user_emmc::model::DeviceModel;
-use vhost_user_emmc::store::MemStore;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 
 use crate::transport::{check_bounds, Desc, Transport, TransportError};

@@ -13,11 +13,11 @@ use std::os::unix::io::{AsRawFd, FromRawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use memmap2::MmapMut;
-use vhost_user_emmc::frontend::mmc::proto::{
+use emmc_frontend::mmc::proto::{
     VirtioMmcConfig, VirtioMmcCtrlReq, VirtioMmcCtrlResp, VirtioMmcEvent, CONTROL_QUEUE,
     EVENT_QUEUE, NUM_QUEUES,
 };
+use memmap2::MmapMut;
 use virtio_driver::virtqueue::{Virtqueue, VirtqueueLayout};
 use virtio_driver::{
     iovec, EventFd, QueueNotifier, VhostUser, VirtioFeatureFlags, VirtioTransport,

@@ -2,9 +2,9 @@
 //! responses, ios and time, without a daemon. The same card and SDHCI model run on both
 //! sides of the comparison, so everything must agree exactly.
 
-use vhost_user_emmc::host::packing::PackingMode;
-use vhost_user_emmc::model::DeviceModel;
-use vhost_user_emmc::sim::blkbench::{driver, run_experiment_on, DriverSetup, Experiment};
+use emmc_card::model::DeviceModel;
+use emmc_host::packing::PackingMode;
+use emmc_sim::blkbench::{driver, run_experiment_on, DriverSetup, Experiment};
 use virtio_mmc_driver::loopback::Loopback;
 use virtio_mmc_driver::{VirtioMmcBlk, VirtioMmcHost};
 
@@ -62,8 +62,7 @@ fn lmdd_write_over_the_wire_format_takes_exactly_the_in_process_card_time() {
         };
         let mut local = driver(&m, &setup).unwrap();
         let want = run_experiment_on(&mut local, &exp);
-        let mut blk =
-            vhost_user_emmc::host::blkdrv::MmcBlk::probe(host(&m), setup.blk_config(&m)).unwrap();
+        let mut blk = emmc_host::blkdrv::MmcBlk::probe(host(&m), setup.blk_config(&m)).unwrap();
         let got = run_experiment_on(&mut blk, &exp);
         eprintln!(
             "{packing:?}: {} ops, {:.3} s, {:.2} MB/s, {} packed",
@@ -141,7 +140,7 @@ fn scenario_malformed() {
 
 #[test]
 fn a_malformed_control_chain_is_answered_ioerr_where_it_has_room_else_used_with_length_0() {
-    use vhost_user_emmc::frontend::mmc::proto::*;
+    use emmc_frontend::mmc::proto::*;
     use virtio_mmc_driver::host::UNTOUCHED;
     use virtio_mmc_driver::RawDesc;
     use vm_memory::ByteValued;
@@ -209,7 +208,7 @@ struct Seg {
     readable: bool,
 }
 
-impl vhost_user_emmc::host::sdhci::DmaSegment for Seg {
+impl emmc_host::sdhci::DmaSegment for Seg {
     fn len(&self) -> usize {
         self.bytes.len()
     }
@@ -232,8 +231,8 @@ impl vhost_user_emmc::host::sdhci::DmaSegment for Seg {
 
 #[test]
 fn write_data_that_cannot_be_read_is_an_adma_error_and_never_reaches_the_card() {
-    use vhost_user_emmc::host::mmc::MmcHostOps;
-    use vhost_user_emmc::host::sdhci::{
+    use emmc_host::mmc::MmcHostOps;
+    use emmc_host::sdhci::{
         adma_err, error_int, normal_int, DataDirection, MmcCommand, MmcData, MmcRequest,
         ResponseType, SdhciError,
     };

@@ -8,10 +8,10 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use vhost_user_emmc::host::mmc::MmcHostOps;
-use vhost_user_emmc::host::packing::PackingMode;
-use vhost_user_emmc::host::sdhci::SdhciError;
-use vhost_user_emmc::sim::blkbench::{driver, run_experiment_on, DriverSetup, Experiment};
+use emmc_host::mmc::MmcHostOps;
+use emmc_host::packing::PackingMode;
+use emmc_host::sdhci::SdhciError;
+use emmc_sim::blkbench::{driver, run_experiment_on, DriverSetup, Experiment};
 use virtio_mmc_driver::daemon::Daemon;
 use virtio_mmc_driver::{
     TransportError, VhostUserOptions, VhostUserTransport, VirtioMmcBlk, VirtioMmcHost,
@@ -115,9 +115,9 @@ fn an_illegal_command_shows_in_the_next_status() {
 /// the driver filled, as soon as a response carries EXCEPTION_EVENT.
 #[test]
 fn urgent_bkops_reaches_the_driver_as_events() {
-    use vhost_user_emmc::card::ext_csd as ext;
-    use vhost_user_emmc::card::r1;
-    use vhost_user_emmc::frontend::mmc::proto::*;
+    use emmc_card::ext_csd as ext;
+    use emmc_card::r1;
+    use emmc_frontend::mmc::proto::*;
     let d = daemon("toshiba-mmc32g");
     let mut h = attach(&d);
     common::init(&mut h);
@@ -227,9 +227,8 @@ fn lmdd_write_through_the_socket_matches_the_simulator() {
         let mut local = driver(&m, &setup).unwrap();
         let sim = run_experiment_on(&mut local, &exp);
         let d = daemon("msm-emmc45-sdr50");
-        let mut drv =
-            vhost_user_emmc::host::blkdrv::MmcBlk::probe(attach(&d), setup.blk_config(&m))
-                .expect("probe over the socket");
+        let mut drv = emmc_host::blkdrv::MmcBlk::probe(attach(&d), setup.blk_config(&m))
+            .expect("probe over the socket");
         let sock = run_experiment_on(&mut drv, &exp);
         assert!(drv.host().error().is_none());
         let (s, w) = (sock.write.mb_per_s, sim.write.mb_per_s);
@@ -270,8 +269,8 @@ fn a_vanished_daemon_is_a_clear_error() {
     common::init(&mut h);
     d.kill();
     let start = Instant::now();
-    let done = h.request(vhost_user_emmc::host::sdhci::MmcRequest::command(
-        vhost_user_emmc::host::sdhci::MmcCommand::for_opcode(13, common::RCA_ARG),
+    let done = h.request(emmc_host::sdhci::MmcRequest::command(
+        emmc_host::sdhci::MmcCommand::for_opcode(13, common::RCA_ARG),
     ));
     assert_eq!(done.cmd.error, Some(SdhciError::CmdTimeout));
     assert!(!done.cmd.issued);

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use blkio::{Blkio, Blkioq, Completion, ReqFlags};
 use clap::Parser;
-use vhost_user_emmc::timing::prng::Prng;
+use emmc_card::timing::prng::Prng;
 
 #[derive(Debug, thiserror::Error)]
 enum Error {

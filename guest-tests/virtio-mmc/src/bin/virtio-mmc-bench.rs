@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 
-use vhost_user_emmc::frontend::mmc::proto::*;
-use vhost_user_emmc::host::mmc::mmc_init_card;
+use emmc_frontend::mmc::proto::*;
+use emmc_host::mmc::mmc_init_card;
 use virtio_mmc_driver::daemon::Daemon;
 use virtio_mmc_driver::{Desc, VhostUserOptions, VhostUserTransport, VirtioMmcHost};
 use vm_memory::ByteValued;

@@ -4,18 +4,18 @@
 //! card up.
 #![allow(dead_code)]
 
+use emmc_card::ext_csd as ext;
+use emmc_card::model::DeviceModel;
+use emmc_card::packed::{Direction, Entry, Header};
+use emmc_card::r1;
+use emmc_frontend::mmc::proto::*;
+use emmc_host::blkdrv::{BlkConfig, HpiPolicy};
+use emmc_host::iosched::Elevator;
+use emmc_host::mmc::{mmc_init_card, r1_state, MmcCard, MmcHostOps};
+use emmc_host::packing::{BlkOp, PackingMode};
+use emmc_host::sdhci::PowerMode;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
-use vhost_user_emmc::card::ext_csd as ext;
-use vhost_user_emmc::card::packed::{Direction, Entry, Header};
-use vhost_user_emmc::card::r1;
-use vhost_user_emmc::frontend::mmc::proto::*;
-use vhost_user_emmc::host::blkdrv::{BlkConfig, HpiPolicy};
-use vhost_user_emmc::host::iosched::Elevator;
-use vhost_user_emmc::host::mmc::{mmc_init_card, r1_state, MmcCard, MmcHostOps};
-use vhost_user_emmc::host::packing::{BlkOp, PackingMode};
-use vhost_user_emmc::host::sdhci::PowerMode;
-use vhost_user_emmc::model::DeviceModel;
 use virtio_mmc_driver::host::UNTOUCHED;
 use virtio_mmc_driver::{RawData, RawDesc, RawResponse, Transport, VirtioMmcBlk, VirtioMmcHost};
 use vm_memory::ByteValued;
@@ -152,7 +152,7 @@ fn select<T: Transport>(h: &mut VirtioMmcHost<T>, access: u8) -> (u32, u32) {
 /// Bring-up through the block driver reaches tran with the EXT_CSD an in-process bring-up
 /// of the same model reads, and the model's geometry.
 pub fn bring_up<T: Transport>(h: VirtioMmcHost<T>, m: &DeviceModel) -> VirtioMmcBlk<T> {
-    use vhost_user_emmc::sim::blkbench::{driver, DriverSetup};
+    use emmc_sim::blkbench::{driver, DriverSetup};
     let setup = DriverSetup::default();
     let local = driver(m, &setup).expect("in-process driver");
     let mut blk = VirtioMmcBlk::probe(h, setup.blk_config(m)).expect("probe over virtio-mmc");
@@ -461,7 +461,7 @@ pub fn hpi_by_the_driver<T: Transport>(h: VirtioMmcHost<T>, m: &DeviceModel) {
     assert!(back == w, "the interrupted write landed whole");
 }
 
-// ---- RPMB (facts §11.3–§11.5; frames as in tests/card_rpmb.rs) --------------------------
+// ---- RPMB (facts §11.3–§11.5; frames as in crates/card/tests/card_rpmb.rs) --------------------------
 
 const KEY_MAC: usize = 196;
 const DATA: usize = 228;

@@ -1,0 +1,538 @@
+//! emmc-card: an eMMC 4.5 card (JESD84-B45, EXT_CSD_REV 6) as a library — the state
+//! machine, its registers and partitions, RPMB, the timing models of real cards, the
+//! sparse image it stores its data in, and the device models it is built from.
+//!
+//! Another VMM (cloud-hypervisor, crosvm, a test rig without QEMU) can drive a [`Card`]
+//! directly. It must never depend on vhost, virtio, guest memory, clap, plotting or
+//! terminal crates, nor on the host, simulator or frontend crates (tests/layering.rs):
+//! everything above it depends on it, it on nothing of theirs.
+//!
+//! - the crate root and its modules: the card itself (below);
+//! - [`timing`]: how long each card operation takes, in card time (bus, NAND, FTL, cache,
+//!   BKOPS, erase), one module per phenomenon;
+//! - [`store`]: the sparse image file and its metadata sidecar;
+//! - [`model`]: device models (`device-models/*.toml`), loaded and validated;
+//! - [`inspect`]: the registers decoded for people; [`crc`]: CRC7 and CRC16.
+//!
+//! # The card
+//!
+//! A [`Card`] is a pure, deterministic state machine. Its caller (the host controller
+//! model, or a test) tells it the current card time with every call; the card never reads
+//! a clock, starts no thread and does I/O only through its [`Store`]. Operations that keep
+//! the card busy (programming, erase, CMD6, BKOPS, sanitize, sleep) last until a card-time
+//! instant computed by its [`Timing`] model; any call at or after that instant finds them
+//! complete, and HPI or a power loss before it finds them partly done.
+//!
+//! The bus protocol is split in three calls:
+//! - [`Card::execute`] takes a command token and returns the response (or `None` when the
+//!   card stays silent: illegal command, broadcast command, not addressed, CRC error);
+//! - [`Card::read_data`] / [`Card::write_data`] move whole data blocks of the transfer the
+//!   last adtc command started, in the card's current block length
+//!   ([`Card::transfer_block_len`]).
+//!
+//! Module map: `command` (the table), `ident` (identification, selection, status, sleep),
+//! `transfer` (data commands, packed commands), `switch` (CMD6 / EXT_CSD), `erase`,
+//! `protect` (write protection), `lock` (CMD42), `operation` (busy operations, HPI, BKOPS,
+//! power loss), `cache` (volatile cache and durability), `partition`, `persist`.
+
+mod cache;
+pub mod command;
+pub mod crc;
+mod erase;
+pub mod ext_csd;
+pub mod fault;
+mod ident;
+pub mod inspect;
+mod lock;
+pub mod model;
+mod one_or_many;
+mod operation;
+pub mod packed;
+pub mod partition;
+mod persist;
+mod protect;
+pub mod registers;
+pub mod rpmb;
+pub mod status;
+pub mod store;
+mod switch;
+pub mod timing;
+mod transfer;
+
+pub use command::{Command, Response};
+pub use ident::PowerDown;
+pub use partition::Partition;
+pub use status::{r1, CardState};
+
+use crate::model::DeviceModel;
+use crate::store::{ImageLayout, Store, StoreError};
+use crate::timing::{Nanos, Timing};
+
+use cache::VolatileCache;
+use ext_csd::EXT_CSD_LEN;
+use lock::LockState;
+use operation::Operation;
+use partition::PartitionTable;
+use persist::PersistentState;
+use protect::WriteProtect;
+use rpmb::Rpmb;
+use transfer::{Sbc, Transfer};
+
+/// Errors building or reopening a card.
+#[derive(Debug, thiserror::Error)]
+pub enum CardError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("saved card state in the image sidecar is invalid: {0}")]
+    BadState(String),
+    #[error("general purpose partitions in the saved state do not fit the user area")]
+    PartitionsDoNotFit,
+}
+
+/// Why a data block was not accepted or not delivered. The host sees these as data
+/// timeouts or CRC-status errors; the card's status says why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DataError {
+    #[error("no data transfer in progress (card is in {0})")]
+    NoTransfer(CardState),
+    #[error("{len} bytes is not a whole number of {block_len}-byte blocks")]
+    BlockLength { len: usize, block_len: usize },
+    #[error("more blocks than the transfer's block count")]
+    PastBlockCount,
+    #[error("card stopped the transfer after {blocks_done} blocks ({status})")]
+    Stopped { blocks_done: u64, status: String },
+}
+
+/// Counters a test or a statistics page may want.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CardStats {
+    pub commands: u64,
+    pub illegal_commands: u64,
+    pub sectors_read: u64,
+    pub sectors_written: u64,
+    pub packed_writes: u64,
+    pub packed_reads: u64,
+    pub packed_failures: u64,
+    pub hpi_interrupts: u64,
+    pub flushes: u64,
+    pub sectors_destaged: u64,
+    pub erases: u64,
+    /// Card time spent in background operations (BKOPS started by the host, up to their
+    /// end or the HPI that stopped them).
+    pub bkops_ns: u64,
+}
+
+/// The state of one command's execution, handed to its handler.
+pub struct Exec {
+    /// Card time at which the command arrived.
+    pub now: Nanos,
+    pub index: u8,
+    pub arg: u32,
+    /// Error/status bits reported in this command's own response (type "r").
+    pub resp_status: u32,
+    /// Bits detected during execution, visible from the next response on (type "x").
+    pub after_status: u32,
+    /// A CMD23 block count for this CMD18/CMD25.
+    sbc: Option<Sbc>,
+}
+
+/// What a handler asks the dispatcher to send.
+pub enum Handled {
+    R1,
+    R1b,
+    R2([u8; 16]),
+    R3(u32),
+    R4(u32),
+    R5(u32),
+    /// A legal command that gets no response (broadcast, deselect, not addressed).
+    NoResponse,
+    /// Not legal here: no response, ILLEGAL_COMMAND in the next status.
+    Illegal(&'static str),
+}
+
+/// An eMMC 4.5 card.
+pub struct Card {
+    model: DeviceModel,
+    store: Box<dyn Store + Send>,
+    timing: Box<dyn Timing + Send>,
+    /// Latest card time seen (calls with an earlier time are treated as this one).
+    now: Nanos,
+
+    // ---- identification and status
+    state: CardState,
+    rca: u16,
+    cid: [u8; 16],
+    csd: [u8; 16],
+    /// CSD byte 14 (the CMD27-programmable bits), persistent.
+    csd_writable: u8,
+    /// CMD1 answers busy this many more times before power-up completes.
+    ocr_busy_polls: u8,
+    /// Accumulated status bits (errors and flags; the state bits are added on response).
+    status: u32,
+    /// The previous command was CMD55.
+    app_cmd: bool,
+
+    // ---- registers
+    ext_csd: [u8; EXT_CSD_LEN],
+    /// BUS_WIDTH is write-only (reads 0); the card remembers what was written.
+    bus_width: u8,
+    partitions: PartitionTable,
+    /// General purpose partitions from a completed partitioning are in effect.
+    partitioning_applied: bool,
+
+    // ---- transfers
+    block_len: u32,
+    sbc: Option<Sbc>,
+    transfer: Transfer,
+    /// Data received for the current write (and kept until it is programmed).
+    write_buf: Vec<u8>,
+    /// Data prepared for the current register-like read.
+    read_buf: Vec<u8>,
+    erase_seq: erase::EraseSequence,
+    packed_read: Option<Vec<packed::Entry>>,
+    /// EXCEPTION_EVENTS_STATUS.PACKED_FAILURE: the last packed command failed.
+    packed_failure: bool,
+    secure_trim_marks: Vec<(u64, u64)>,
+    /// A fault plan's R1 error bits: the next command is refused with them.
+    fault_r1: u32,
+    /// A fault plan's failing packed-write entry (1-based) for the next packed write.
+    fault_packed_index: Option<usize>,
+
+    // ---- busy operations and background work
+    op: Option<Operation>,
+    bkops_outstanding_ns: Nanos,
+
+    // ---- features
+    cache: VolatileCache,
+    protect: WriteProtect,
+    lock: LockState,
+    rpmb: Rpmb,
+    stats: CardStats,
+}
+
+impl Card {
+    /// The image layout a card of `model` needs.
+    pub fn layout_for(model: &DeviceModel) -> ImageLayout {
+        ImageLayout {
+            boot_bytes: model.boot_partition_bytes(),
+            rpmb_bytes: model.rpmb_bytes(),
+            user_bytes: model.user_bytes(),
+        }
+    }
+
+    /// A card of `model` on `store` with the timing model the model names. The card is
+    /// powered on: persistent state is loaded from the store and the card is in idle.
+    pub fn new(model: DeviceModel, store: Box<dyn Store + Send>) -> Result<Card, CardError> {
+        let timing = crate::timing::from_model(&model);
+        Card::with_timing(model, store, timing)
+    }
+
+    /// A card with an explicit timing model.
+    pub fn with_timing(
+        model: DeviceModel,
+        store: Box<dyn Store + Send>,
+        timing: Box<dyn Timing + Send>,
+    ) -> Result<Card, CardError> {
+        let layout = store.layout();
+        let partitions =
+            PartitionTable::new(&layout, [0; 4]).ok_or(CardError::PartitionsDoNotFit)?;
+        let rpmb = Rpmb::new(layout.rpmb_bytes, Default::default());
+        let cache = VolatileCache::new(model.cache_blocks(), store.keeps_data());
+        let mut card = Card {
+            cid: registers::build_cid(&model.cid, model.ext_csd.ext_csd_rev),
+            csd: [0; 16],
+            csd_writable: 0,
+            ext_csd: ext_csd::build_ext_csd(&model),
+            model,
+            store,
+            timing,
+            now: 0,
+            state: CardState::Idle,
+            rca: 0,
+            ocr_busy_polls: 1,
+            status: 0,
+            app_cmd: false,
+            bus_width: 0,
+            partitions,
+            partitioning_applied: false,
+            block_len: 512,
+            sbc: None,
+            transfer: Transfer::None,
+            write_buf: Vec::new(),
+            read_buf: Vec::new(),
+            erase_seq: Default::default(),
+            packed_read: None,
+            packed_failure: false,
+            secure_trim_marks: Vec::new(),
+            fault_r1: 0,
+            fault_packed_index: None,
+            op: None,
+            bkops_outstanding_ns: 0,
+            cache,
+            protect: WriteProtect::default(),
+            lock: LockState::default(),
+            rpmb,
+            stats: CardStats::default(),
+        };
+        let saved = match card.store.load_card_state() {
+            Some(table) => PersistentState::from_table(table).map_err(CardError::BadState)?,
+            None => PersistentState::default(),
+        };
+        card.apply_persistent(saved)?;
+        card.power_on_reset();
+        Ok(card)
+    }
+
+    // ---- public API: the bus --------------------------------------------------------------
+
+    /// Send a command token. `None` means the card did not respond.
+    pub fn execute(&mut self, now: Nanos, cmd: Command) -> Option<Response> {
+        self.execute_checked(now, cmd, true)
+    }
+
+    /// Send a command token whose CRC the card found wrong (`crc_ok == false`): the card
+    /// ignores it and reports COM_CRC_ERROR in the next response.
+    pub fn execute_checked(&mut self, now: Nanos, cmd: Command, crc_ok: bool) -> Option<Response> {
+        self.advance(now);
+        self.stats.commands += 1;
+        let state = self.state;
+        if state == CardState::Ina {
+            return None;
+        }
+        if !crc_ok {
+            self.status |= r1::COM_CRC_ERROR;
+            log::debug!("CMD{} arg {:#010x}: CRC error, ignored", cmd.index, cmd.arg);
+            return None;
+        }
+        if state == CardState::Irq {
+            // Any command ends interrupt mode; it is taken as the host's own R5.
+            self.state = CardState::Stby;
+            return None;
+        }
+        let sbc = self.sbc.take();
+        let Some(spec) = command::spec(cmd.index) else {
+            return self.illegal(cmd, "not an eMMC 4.5 command");
+        };
+        if !spec.legal.contains(state) {
+            return self.illegal(cmd, "not legal in this state");
+        }
+        if self.lock.locked && matches!(spec.class, 2 | 4 | 5 | 6) && cmd.index != 16 {
+            return self.illegal(cmd, "card is locked");
+        }
+        if self.fault_r1 != 0
+            && matches!(
+                spec.response,
+                command::ResponseType::R1 | command::ResponseType::R1b
+            )
+        {
+            return Some(self.refuse_with_fault(cmd, state));
+        }
+        let mut exec = Exec {
+            now: self.now,
+            index: cmd.index,
+            arg: cmd.arg,
+            resp_status: 0,
+            after_status: 0,
+            sbc: if matches!(cmd.index, 18 | 25) {
+                sbc
+            } else {
+                None
+            },
+        };
+        if self.erase_seq.started() && !matches!(cmd.index, 13 | 35 | 36 | 38) {
+            self.erase_seq = Default::default();
+            exec.resp_status |= r1::ERASE_RESET;
+        }
+        let app = std::mem::take(&mut self.app_cmd);
+        let ready_for_data = self.ready_for_data();
+        let handled = (spec.handler)(self, &mut exec);
+        let status_of = |card: &mut Card, exec: &Exec| {
+            let mut s =
+                card.status | exec.resp_status | (state.number() << r1::CURRENT_STATE_SHIFT);
+            if ready_for_data {
+                s |= r1::READY_FOR_DATA;
+            }
+            if card.exception_event() {
+                s |= r1::EXCEPTION_EVENT;
+            }
+            if card.lock.locked {
+                s |= r1::DEVICE_IS_LOCKED;
+            }
+            if app || cmd.index == 55 {
+                s |= r1::APP_CMD;
+            }
+            card.status &= !(r1::CLEAR_ON_READ | r1::PREVIOUS_COMMAND);
+            s
+        };
+        let response = match handled {
+            Handled::Illegal(why) => return self.illegal(cmd, why),
+            Handled::NoResponse => None,
+            Handled::R1 => Some(Response::R1(status_of(self, &exec))),
+            Handled::R1b => Some(Response::R1b(status_of(self, &exec))),
+            Handled::R2(reg) => Some(Response::R2(reg)),
+            Handled::R3(v) => Some(Response::R3(v)),
+            Handled::R4(v) => Some(Response::R4(v)),
+            Handled::R5(v) => Some(Response::R5(v)),
+        };
+        // "b" bits describe the previous command: any valid command clears them, whatever
+        // its response (an R1 above has already reported them).
+        self.status &= !r1::PREVIOUS_COMMAND;
+        self.status |= exec.after_status;
+        if log::log_enabled!(log::Level::Trace) {
+            log::trace!(
+                "CMD{} {} arg {:#010x} in {} -> {:?}",
+                cmd.index,
+                spec.name,
+                cmd.arg,
+                state,
+                response
+            );
+        }
+        response
+    }
+
+    fn illegal(&mut self, cmd: Command, why: &str) -> Option<Response> {
+        self.status |= r1::ILLEGAL_COMMAND;
+        self.stats.illegal_commands += 1;
+        log::debug!(
+            "CMD{} arg {:#010x} illegal in {}: {why}",
+            cmd.index,
+            cmd.arg,
+            self.state
+        );
+        None
+    }
+
+    /// READY_FOR_DATA: the card can accept data (not busy programming).
+    fn ready_for_data(&self) -> bool {
+        !matches!(self.state, CardState::Prg | CardState::Dis) && self.op.is_none()
+    }
+
+    /// R1 EXCEPTION_EVENT: an enabled EXCEPTION_EVENTS_STATUS bit is set. URGENT_BKOPS has
+    /// no enable bit and is always reported.
+    fn exception_event(&self) -> bool {
+        let status = self.exception_events_status();
+        let ctrl = ext_csd::read_le(&self.ext_csd, ext_csd::EXCEPTION_EVENTS_CTRL, 2) as u16;
+        status & (ctrl | ext_csd::EE_URGENT_BKOPS) != 0
+    }
+
+    /// Move card time forward to `now` and complete any operation that has finished (a
+    /// host watching DAT0 busy does this; every other call does it implicitly).
+    pub fn advance(&mut self, now: Nanos) {
+        self.now = self.now.max(now);
+        self.settle();
+    }
+
+    // ---- public API: observation --------------------------------------------------------
+
+    pub fn state(&self) -> CardState {
+        self.state
+    }
+
+    pub fn model(&self) -> &DeviceModel {
+        &self.model
+    }
+
+    pub fn rca(&self) -> u16 {
+        self.rca
+    }
+
+    /// Card time of the latest call.
+    pub fn now(&self) -> Nanos {
+        self.now
+    }
+
+    /// The instant the current busy operation ends (DAT0 is held low until then).
+    pub fn busy_until(&self) -> Option<Nanos> {
+        self.op.as_ref().map(|op| op.end)
+    }
+
+    /// Block length of the data transfer in progress (the host's block size must match).
+    pub fn transfer_block_len(&self) -> Option<usize> {
+        self.transfer.block_len(self.block_len as usize)
+    }
+
+    pub fn cid(&self) -> [u8; 16] {
+        self.cid
+    }
+
+    pub fn csd(&self) -> [u8; 16] {
+        self.csd
+    }
+
+    /// EXT_CSD as CMD8 would return it now.
+    pub fn ext_csd(&self) -> [u8; EXT_CSD_LEN] {
+        let mut e = self.ext_csd;
+        self.refresh_live_fields(&mut e);
+        e
+    }
+
+    /// HS_TIMING and BUS_WIDTH as last switched, for the host model's bus checks.
+    pub fn bus_config(&self) -> (u8, u8) {
+        (self.ext_csd[ext_csd::HS_TIMING], self.bus_width)
+    }
+
+    /// The partition PARTITION_ACCESS currently selects.
+    pub fn current_partition(&self) -> Partition {
+        Partition::from_access(self.ext_csd[ext_csd::PARTITION_CONFIG])
+    }
+
+    /// Size in sectors of a partition (0 if it does not exist).
+    pub fn partition_sectors(&self, partition: Partition) -> u64 {
+        self.partitions.extent(partition).sectors
+    }
+
+    pub fn stats(&self) -> &CardStats {
+        &self.stats
+    }
+
+    /// Outstanding background work (garbage-collection debt) in card time.
+    pub fn bkops_outstanding_ns(&self) -> Nanos {
+        self.outstanding_background()
+    }
+
+    /// The card's timing model (for its counters; the card alone asks it for costs).
+    pub fn timing(&self) -> &dyn Timing {
+        self.timing.as_ref()
+    }
+
+    /// Add background work, as a timing model or a fault plan would.
+    pub fn add_background_work(&mut self, ns: Nanos) {
+        self.bkops_outstanding_ns = self.bkops_outstanding_ns.saturating_add(ns);
+    }
+
+    /// Acknowledged writes that are not yet durable: sorted runs of (absolute sector in the
+    /// image, count). Empty after a flush, and always empty with the cache off.
+    pub fn volatile_sectors(&self) -> Vec<(u64, u64)> {
+        self.cache.dirty_runs()
+    }
+
+    /// Absolute sector in the image of `lba` in `partition`.
+    pub fn image_sector(&self, partition: Partition, lba: u64) -> Option<u64> {
+        self.partitions.extent(partition).translate(lba, 1)
+    }
+
+    /// Read sectors straight from the card's media view (cache included), bypassing the
+    /// bus: for tests, checkers and tools, never for a guest.
+    pub fn peek(
+        &mut self,
+        partition: Partition,
+        lba: u64,
+        buf: &mut [u8],
+    ) -> Result<(), StoreError> {
+        let count = (buf.len() / 512) as u64;
+        let Some(abs) = self.partitions.extent(partition).translate(lba, count) else {
+            return Err(StoreError::OutOfBounds {
+                offset: lba * 512,
+                len: buf.len() as u64,
+                size: self.partition_sectors(partition) * 512,
+            });
+        };
+        self.store.read_at(abs * 512, buf)?;
+        self.cache.overlay(abs, buf);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

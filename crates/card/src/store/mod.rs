@@ -1,0 +1,108 @@
+//! Backing storage for the card's physical areas.
+//!
+//! The card addresses its partitions; the store only sees byte offsets into one linear
+//! space laid out as `boot1 | boot2 | RPMB | user (incl. general purpose partitions)`,
+//! which is the layout QEMU's eMMC model uses, so raw images move between the two
+//! (see `docs/image-format.md`). Persistent card state that is not data (EXT_CSD bytes
+//! that survive power loss, the RPMB key and write counter, write protection,
+//! partitioning) lives in a metadata sidecar the store reads and writes as an opaque
+//! TOML table owned by the card.
+//!
+//! A store never holds the image in memory: a 32 GiB card runs in a few MiB.
+
+mod image;
+mod mem;
+
+pub use image::{read_header, ImageHeader, ImageStore};
+pub use mem::{MemStore, NullStore};
+
+/// Sizes of the areas of one card, in bytes. All are multiples of 512.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImageLayout {
+    /// Each of the two boot partitions.
+    pub boot_bytes: u64,
+    /// The RPMB partition.
+    pub rpmb_bytes: u64,
+    /// The user area as shipped, out of which general purpose partitions are carved.
+    pub user_bytes: u64,
+}
+
+impl ImageLayout {
+    pub fn boot1_offset(&self) -> u64 {
+        0
+    }
+    pub fn boot2_offset(&self) -> u64 {
+        self.boot_bytes
+    }
+    pub fn rpmb_offset(&self) -> u64 {
+        2 * self.boot_bytes
+    }
+    pub fn user_offset(&self) -> u64 {
+        2 * self.boot_bytes + self.rpmb_bytes
+    }
+    /// Total image size in bytes.
+    pub fn total_bytes(&self) -> u64 {
+        self.user_offset() + self.user_bytes
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("access of {len} bytes at offset {offset} is outside the {size}-byte image")]
+    OutOfBounds { offset: u64, len: u64, size: u64 },
+    #[error("{path}: image does not match the device model: {problem}")]
+    Mismatch { path: String, problem: String },
+    #[error("{path}: metadata sidecar: {problem}")]
+    BadMetadata { path: String, problem: String },
+    #[error("{path}: already exists")]
+    Exists { path: String },
+    /// A layout no image can have (sizes not multiples of 512, or a total that does not
+    /// fit in a file offset); caught before any file is touched.
+    #[error("{path}: unusable layout: {problem}")]
+    BadLayout { path: String, problem: String },
+}
+
+/// What the card needs from its storage. Offsets are absolute in the layout above;
+/// implementations reject any access that does not lie entirely inside the image.
+pub trait Store {
+    fn layout(&self) -> ImageLayout;
+    /// Fill `buf` from `offset`. Never-written (sparse) ranges read as zero.
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError>;
+    fn write_at(&mut self, offset: u64, buf: &[u8]) -> Result<(), StoreError>;
+    /// Set `len` bytes at `offset` to `byte`. For `byte == 0` implementations should
+    /// deallocate (punch a hole) rather than write zeroes.
+    fn fill(&mut self, offset: u64, len: u64, byte: u8) -> Result<(), StoreError>;
+    /// Make everything written so far durable (fdatasync for files).
+    fn sync(&mut self) -> Result<(), StoreError>;
+    /// The card finished programming data it acknowledges as durable (a reliable write,
+    /// forced programming, a write with the cache off): make it durable. Stores whose
+    /// owner chose to sync only at cache flushes (`serve --image-sync flush`) leave it to
+    /// the next `sync`.
+    fn sync_program(&mut self) -> Result<(), StoreError> {
+        self.sync()
+    }
+    /// The card's persistent state as last saved, or `None` for a fresh image.
+    fn load_card_state(&self) -> Option<toml::Table>;
+    /// Whether the store keeps data at all. A store that does not (the simulator's) lets
+    /// the card skip copying data it would only throw away.
+    fn keeps_data(&self) -> bool {
+        true
+    }
+    /// Replace the card's persistent state durably (write, fsync, rename).
+    fn save_card_state(&mut self, state: &toml::Table) -> Result<(), StoreError>;
+}
+
+/// Check that `[offset, offset + len)` lies within `size`; shared by the implementations.
+pub fn check_bounds(offset: u64, len: u64, size: u64) -> Result<(), StoreError> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(StoreError::OutOfBounds { offset, len, size }),
+    }
+}

@@ -1,0 +1,803 @@
+//! The vhost-user-blk backend in process: a mock split queue in guest memory, requests
+//! built as a guest driver would, and hostile ones a guest should not send.
+
+use std::time::{Duration, Instant};
+
+use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
+use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
+use virtio_queue::mock::MockSplitQueue;
+use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+use vmm_sys_util::epoll::EventSet;
+
+use super::backend::{EmmcBlkBackend, Pacing, DEFAULT_SPIN, DEFAULT_SPIN_MAX, TIMER_EVENT};
+use super::request::*;
+use super::target::{CardTarget, DriverPolicy};
+use emmc_card::model::{ConstantTimingModel, DeviceModel, TimingModel};
+use emmc_card::store::MemStore;
+use emmc_card::timing::Nanos;
+use emmc_card::Card;
+
+const F_WRITE: u16 = 2;
+const F_NEXT: u16 = 1;
+const QUEUE_LEN: u16 = 64;
+
+struct Rig {
+    backend: EmmcBlkBackend,
+    mem: GuestMemoryAtomic<GuestMemoryMmap>,
+    vring: VringRwLock,
+    /// Where the mock queue put the descriptor table and the rings.
+    desc_table: u64,
+    avail: u64,
+    used_ring: u64,
+    /// Next free descriptor index and next avail slot.
+    next_desc: u16,
+    next_avail: u16,
+    seen_used: u16,
+}
+
+fn model(program_ns: u64) -> DeviceModel {
+    let mut m = DeviceModel::load("generic-emmc45").unwrap();
+    m.ext_csd.sec_count = 8 << 20; // 4 GiB: sector addressing, sparse in memory
+    m.timing = TimingModel::Constant(ConstantTimingModel {
+        program_command_ns: program_ns,
+        ..Default::default()
+    });
+    m
+}
+
+impl Rig {
+    fn new(model: DeviceModel, pacing: Pacing) -> Rig {
+        Rig::with_policy(model, pacing, DriverPolicy::default())
+    }
+
+    fn with_policy(model: DeviceModel, pacing: Pacing, policy: DriverPolicy) -> Rig {
+        let layout = Card::layout_for(&model);
+        let card = Card::new(model.clone(), Box::new(MemStore::new(layout))).unwrap();
+        let target = CardTarget::new(card, &model, &policy).unwrap();
+        let backend = EmmcBlkBackend::new(target, pacing).unwrap();
+        let guest = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x100_0000)]).unwrap();
+        let mem = GuestMemoryAtomic::new(guest);
+        backend.update_memory(mem.clone()).unwrap();
+        // The queue structures live at 0x10000 (descriptor table, avail, used).
+        let guard = mem.memory();
+        let q = MockSplitQueue::create(&*guard, GuestAddress(0x10000), QUEUE_LEN);
+        let vring = VringRwLock::new(mem.clone(), QUEUE_LEN).unwrap();
+        vring.set_queue_size(QUEUE_LEN);
+        vring
+            .set_queue_info(q.desc_table_addr().0, q.avail_addr().0, q.used_addr().0)
+            .unwrap();
+        vring.set_queue_ready(true);
+        vring.set_enabled(true);
+        let (desc_table, avail, used_ring) =
+            (q.desc_table_addr().0, q.avail_addr().0, q.used_addr().0);
+        drop(q);
+        drop(guard);
+        Rig {
+            backend,
+            mem,
+            vring,
+            desc_table,
+            avail,
+            used_ring,
+            next_desc: 0,
+            next_avail: 0,
+            seen_used: 0,
+        }
+    }
+
+    /// Put a chain of (addr, len, writable) descriptors on the queue.
+    fn push(&mut self, descs: &[(u64, u32, bool)]) {
+        self.stage(descs);
+        self.publish();
+    }
+
+    /// Write a chain and its avail slot, but not yet the avail index.
+    fn stage(&mut self, descs: &[(u64, u32, bool)]) {
+        let m = self.mem.memory();
+        let head = self.next_desc;
+        for (i, &(addr, len, w)) in descs.iter().enumerate() {
+            let idx = self.next_desc;
+            self.next_desc = (self.next_desc + 1) % QUEUE_LEN;
+            let last = i + 1 == descs.len();
+            let flags = if w { F_WRITE } else { 0 } | if last { 0 } else { F_NEXT };
+            let d = RawDescriptor::from(SplitDescriptor::new(addr, len, flags, self.next_desc));
+            m.write_obj(d, GuestAddress(self.desc_table + 16 * u64::from(idx)))
+                .unwrap();
+        }
+        let slot = self.avail + 4 + 2 * u64::from(self.next_avail % QUEUE_LEN);
+        m.write_obj(u16::to_le(head), GuestAddress(slot)).unwrap();
+        self.next_avail = self.next_avail.wrapping_add(1);
+    }
+
+    /// Make the staged chains available (what the driver does before kicking).
+    fn publish(&self) {
+        let m = self.mem.memory();
+        m.write_obj(u16::to_le(self.next_avail), GuestAddress(self.avail + 2))
+            .unwrap();
+    }
+
+    fn kick(&self) {
+        self.backend
+            .handle_event(0, EventSet::IN, std::slice::from_ref(&self.vring), 0)
+            .unwrap();
+    }
+
+    fn tick(&self) {
+        self.backend
+            .handle_event(
+                TIMER_EVENT,
+                EventSet::IN,
+                std::slice::from_ref(&self.vring),
+                0,
+            )
+            .unwrap();
+    }
+
+    /// Used-ring entries added since the last call: (id, len).
+    fn used(&mut self) -> Vec<(u32, u32)> {
+        let m = self.mem.memory();
+        let idx = u16::from_le(m.read_obj::<u16>(GuestAddress(self.used_ring + 2)).unwrap());
+        let mut out = Vec::new();
+        while self.seen_used != idx {
+            let at = self.used_ring + 4 + 8 * u64::from(self.seen_used % QUEUE_LEN);
+            let id = u32::from_le(m.read_obj::<u32>(GuestAddress(at)).unwrap());
+            let len = u32::from_le(m.read_obj::<u32>(GuestAddress(at + 4)).unwrap());
+            out.push((id, len));
+            self.seen_used = self.seen_used.wrapping_add(1);
+        }
+        out
+    }
+
+    fn write_header(&self, at: u64, kind: u32, sector: u64) {
+        let mut h = [0u8; 16];
+        h[0..4].copy_from_slice(&kind.to_le_bytes());
+        h[8..16].copy_from_slice(&sector.to_le_bytes());
+        self.mem.memory().write_slice(&h, GuestAddress(at)).unwrap();
+    }
+
+    fn status(&self, at: u64) -> u8 {
+        self.mem.memory().read_obj(GuestAddress(at)).unwrap()
+    }
+}
+
+const HDR: u64 = 0x2_0000;
+const DATA: u64 = 0x3_0000;
+const STATUS: u64 = 0x2_8000;
+
+fn write(rig: &mut Rig, sector: u64, data: &[u8]) {
+    rig.write_header(HDR, VIRTIO_BLK_T_OUT, sector);
+    rig.mem
+        .memory()
+        .write_slice(data, GuestAddress(DATA))
+        .unwrap();
+    rig.push(&[
+        (HDR, 16, false),
+        (DATA, data.len() as u32, false),
+        (STATUS, 1, true),
+    ]);
+    rig.kick();
+}
+
+fn read(rig: &mut Rig, sector: u64, len: usize) -> Vec<u8> {
+    rig.write_header(HDR, VIRTIO_BLK_T_IN, sector);
+    rig.push(&[
+        (HDR, 16, false),
+        (DATA + 0x10_0000, len as u32, true),
+        (STATUS, 1, true),
+    ]);
+    rig.kick();
+    let mut buf = vec![0u8; len];
+    rig.mem
+        .memory()
+        .read_slice(&mut buf, GuestAddress(DATA + 0x10_0000))
+        .unwrap();
+    buf
+}
+
+#[test]
+fn write_then_read_round_trips_through_the_card() {
+    let mut rig = Rig::new(model(0), Pacing::Off);
+    let data: Vec<u8> = (0..8192u32).map(|i| (i * 7 % 251) as u8).collect();
+    write(&mut rig, 100, &data);
+    assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_OK);
+    assert_eq!(
+        rig.used(),
+        vec![(0, 1)],
+        "write: only the status byte was written"
+    );
+    assert_eq!(read(&mut rig, 100, 8192), data);
+    assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_OK);
+    assert_eq!(rig.used(), vec![(3, 8193)], "read: data plus status");
+    assert_eq!(
+        rig.backend
+            .with_target(|t| t.card().stats().sectors_written),
+        16,
+        "the card programmed it"
+    );
+}
+
+/// libblkio and other userspace drivers ignore size_max; one 256 KiB segment must still
+/// work (the ADMA2 table splits it as the sdhci driver would).
+#[test]
+fn a_segment_longer_than_size_max_is_split_not_refused() {
+    let mut rig = Rig::new(model(0), Pacing::Off);
+    let len = 4 * super::target::SIZE_MAX as usize;
+    let data: Vec<u8> = (0..len as u32).map(|i| (i * 13 % 241) as u8).collect();
+    write(&mut rig, 2048, &data);
+    assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_OK);
+    assert_eq!(read(&mut rig, 2048, len), data);
+    assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_OK);
+}
+
+#[test]
+fn split_descriptors_and_a_status_sharing_the_data_descriptor_work() {
+    let mut rig = Rig::new(model(0), Pacing::Off);
+    rig.write_header(HDR, VIRTIO_BLK_T_OUT, 7);
+    let data = vec![0x5Au8; 1024];
+    rig.mem
+        .memory()
+        .write_slice(&data, GuestAddress(DATA))
+        .unwrap();
+    rig.push(&[
+        (HDR, 8, false),
+        (HDR + 8, 8, false),
+        (DATA, 512, false),
+        (DATA + 512, 512, false),
+        (STATUS, 1, true),
+    ]);
+    rig.kick();
+    assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_OK);
+    rig.write_header(HDR, VIRTIO_BLK_T_IN, 7);
+    rig.push(&[(HDR, 16, false), (DATA + 0x8000, 1025, true)]);
+    rig.kick();
+    let mut back = vec![0u8; 1025];
+    rig.mem
+        .memory()
+        .read_slice(&mut back, GuestAddress(DATA + 0x8000))
+        .unwrap();
+    assert_eq!(&back[..1024], &data[..]);
+    assert_eq!(back[1024], VIRTIO_BLK_S_OK);
+}
+
+#[test]
+fn hostile_chains_get_their_status_and_the_device_keeps_serving() {
+    let mut rig = Rig::new(model(0), Pacing::Off);
+    let cap = rig.backend.with_target(|t| t.limits().capacity);
+    /// (what, request type, sector, chain, expected status; None = not reportable)
+    type Case = (&'static str, u32, u64, Vec<(u64, u32, bool)>, Option<u8>);
+    let cases: Vec<Case> = vec![
+        (
+            "unknown type",
+            77,
+            0,
+            vec![(HDR, 16, false), (STATUS, 1, true)],
+            Some(VIRTIO_BLK_S_UNSUPP),
+        ),
+        (
+            "beyond capacity",
+            VIRTIO_BLK_T_IN,
+            cap,
+            vec![(HDR, 16, false), (DATA, 512, true), (STATUS, 1, true)],
+            Some(VIRTIO_BLK_S_IOERR),
+        ),
+        (
+            "data outside guest memory",
+            VIRTIO_BLK_T_IN,
+            0,
+            vec![
+                (HDR, 16, false),
+                (0x7FFF_0000, 512, true),
+                (STATUS, 1, true),
+            ],
+            Some(VIRTIO_BLK_S_IOERR),
+        ),
+        (
+            "wrong direction",
+            VIRTIO_BLK_T_OUT,
+            0,
+            vec![(HDR, 16, false), (DATA, 512, true), (STATUS, 1, true)],
+            Some(VIRTIO_BLK_S_IOERR),
+        ),
+        (
+            "oversized",
+            VIRTIO_BLK_T_IN,
+            0,
+            vec![(HDR, 16, false), (DATA, 0x90_0000, true), (STATUS, 1, true)],
+            Some(VIRTIO_BLK_S_IOERR),
+        ),
+        (
+            "short header",
+            VIRTIO_BLK_T_IN,
+            0,
+            vec![(HDR, 4, false), (STATUS, 1, true)],
+            Some(VIRTIO_BLK_S_IOERR),
+        ),
+        (
+            "no status",
+            VIRTIO_BLK_T_IN,
+            0,
+            vec![(HDR, 16, false)],
+            None,
+        ),
+    ];
+    for (what, kind, sector, descs, want) in cases {
+        rig.mem
+            .memory()
+            .write_obj(0xEEu8, GuestAddress(STATUS))
+            .unwrap();
+        rig.write_header(HDR, kind, sector);
+        rig.push(&descs);
+        rig.kick();
+        let used = rig.used();
+        assert_eq!(used.len(), 1, "{what}: the chain is returned");
+        match want {
+            Some(code) => {
+                assert_eq!(rig.status(STATUS), code, "{what}");
+                assert_eq!(
+                    used[0].1, 1,
+                    "{what}: only the status byte counts as written"
+                );
+            }
+            None => assert_eq!(used[0].1, 0, "{what}: nothing written"),
+        }
+    }
+    // Still serving.
+    write(&mut rig, 0, &[1u8; 512]);
+    assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_OK);
+    assert_eq!(read(&mut rig, 0, 512), vec![1u8; 512]);
+}
+
+#[test]
+fn get_id_flush_discard_and_write_zeroes() {
+    let mut rig = Rig::new(model(0), Pacing::Off);
+    rig.write_header(HDR, VIRTIO_BLK_T_GET_ID, 0);
+    rig.push(&[(HDR, 16, false), (DATA, 20, true), (STATUS, 1, true)]);
+    rig.kick();
+    let mut id = [0u8; 20];
+    rig.mem
+        .memory()
+        .read_slice(&mut id, GuestAddress(DATA))
+        .unwrap();
+    assert_eq!(&id[..6], b"EMMCAA", "manufacturer id in the serial");
+    assert!(String::from_utf8_lossy(&id).contains("EMU45A"));
+    assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_OK);
+
+    write(&mut rig, 64, &[9u8; 4096]);
+    rig.write_header(HDR, VIRTIO_BLK_T_FLUSH, 0);
+    rig.push(&[(HDR, 16, false), (STATUS, 1, true)]);
+    rig.kick();
+    assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_OK);
+    assert!(
+        rig.backend
+            .with_target(|t| t.card().volatile_sectors().is_empty()),
+        "flush made it durable"
+    );
+
+    for kind in [VIRTIO_BLK_T_WRITE_ZEROES, VIRTIO_BLK_T_DISCARD] {
+        write(&mut rig, 64, &[9u8; 4096]);
+        rig.write_header(HDR, kind, 0);
+        let mut range = [0u8; 16];
+        range[0..8].copy_from_slice(&66u64.to_le_bytes());
+        range[8..12].copy_from_slice(&2u32.to_le_bytes());
+        rig.mem
+            .memory()
+            .write_slice(&range, GuestAddress(HDR + 16))
+            .unwrap();
+        rig.push(&[(HDR, 32, false), (STATUS, 1, true)]);
+        rig.kick();
+        assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_OK, "kind {kind}");
+        let back = read(&mut rig, 64, 4096);
+        assert!(
+            back[..1024].iter().all(|&b| b == 9),
+            "kind {kind}: before the range untouched"
+        );
+        assert!(
+            back[1024..2048].iter().all(|&b| b == 0),
+            "kind {kind}: range zeroed"
+        );
+        assert!(
+            back[2048..].iter().all(|&b| b == 9),
+            "kind {kind}: after the range untouched"
+        );
+    }
+}
+
+#[test]
+fn config_space_carries_the_user_area_capacity() {
+    let rig = Rig::new(model(0), Pacing::Off);
+    let cap = u64::from_le_bytes(rig.backend.get_config(0, 8).try_into().unwrap());
+    assert_eq!(cap, 8 << 20);
+    let blk_size = u32::from_le_bytes(rig.backend.get_config(20, 4).try_into().unwrap());
+    assert_eq!(blk_size, 512);
+    assert!(
+        rig.backend.get_config(70, 100).is_empty(),
+        "outside the config space"
+    );
+    assert!(rig.backend.get_config(u32::MAX, u32::MAX).is_empty());
+    let f = rig.backend.features();
+    for bit in [1u32, 2, 6, 9, 13, 14, 16, 29, 32] {
+        assert_ne!(f & (1 << bit), 0, "feature bit {bit}");
+    }
+    assert_eq!(f & (1 << 5), 0, "not read-only");
+}
+
+#[test]
+fn realtime_pacing_holds_completions_until_card_time_has_elapsed() {
+    // 20 ms to program a write: long enough to see the wait, short for a test. No cache,
+    // so the write goes to the medium.
+    let mut m = model(20_000_000);
+    m.ext_csd.cache_size = 0;
+    let mut rig = Rig::new(m, Pacing::Realtime { scale: 1.0 });
+    let start = Instant::now();
+    write(&mut rig, 0, &[3u8; 512]);
+    assert!(rig.used().is_empty(), "not complete before its card time");
+    while rig.used().is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(5), "never completed");
+        std::thread::sleep(Duration::from_millis(1));
+        rig.tick();
+    }
+    assert!(
+        start.elapsed() >= Duration::from_millis(20),
+        "completed after {:?}",
+        start.elapsed()
+    );
+    let stats = rig.backend.pacing_stats();
+    assert_eq!(stats.completed, 1);
+    assert!(
+        stats.wake_late.count() >= 1,
+        "the timer fired and its lateness was measured"
+    );
+    assert!(stats.margin >= DEFAULT_SPIN && stats.margin <= DEFAULT_SPIN_MAX);
+}
+
+#[test]
+fn the_trace_records_each_request_with_its_modelled_completion() {
+    let mut m = model(3_000_000);
+    m.ext_csd.cache_size = 0;
+    let mut rig = Rig::new(m, Pacing::Off);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("trace.txt");
+    let file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    let origin = rig.backend.card_now();
+    rig.backend
+        .set_trace(emmc_host::trace::TraceWriter::new(file, origin, "test").unwrap());
+    write(&mut rig, 8, &[1u8; 4096]);
+    read(&mut rig, 8, 4096);
+    rig.backend.shutdown();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let rows: Vec<Vec<u64>> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|f| f.parse().ok())
+                .collect()
+        })
+        .collect();
+    let ops: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split_whitespace().nth(1).unwrap())
+        .collect();
+    assert_eq!(ops, ["W", "R"], "{text}");
+    assert_eq!(&rows[0][1..3], &[4096, 4096]);
+    let write_ns = rows[0][3] - rows[0][0];
+    assert!(
+        write_ns >= 3_000_000,
+        "the write's modelled latency {write_ns} ns includes its 3 ms programming"
+    );
+    assert!(rows[1][0] >= rows[0][0], "times never go back");
+    // Without pacing the read arrives while the card still programs: it starts when the
+    // card is free, and its own service time is short.
+    let read_start = rows[1][0].max(rows[0][3]);
+    assert!(
+        rows[1][3] > rows[0][3],
+        "one card serves one request at a time"
+    );
+    assert!(
+        rows[1][3] - read_start < 1_000_000,
+        "a 4 KiB read takes {} ns",
+        rows[1][3] - read_start
+    );
+}
+
+#[test]
+fn an_idle_backend_polls_the_ring_for_the_next_request_within_its_window() {
+    let mut rig = Rig::new(model(0), Pacing::Off);
+    rig.backend.set_poll(Duration::from_millis(400));
+    rig.write_header(HDR, VIRTIO_BLK_T_FLUSH, 0);
+    rig.stage(&[(HDR, 16, false), (STATUS, 1, true)]);
+    // The driver publishes the request 5 ms from now and never kicks.
+    let (mem, avail, idx) = (rig.mem.clone(), rig.avail, rig.next_avail);
+    let publisher = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(5));
+        mem.memory()
+            .write_obj(u16::to_le(idx), GuestAddress(avail + 2))
+            .unwrap();
+    });
+    rig.tick(); // a timer wake-up with nothing pending: the backend starts polling
+    publisher.join().unwrap();
+    assert_eq!(rig.used(), vec![(0, 1)], "served without a kick");
+    assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_OK);
+
+    rig.backend.set_poll(Duration::ZERO);
+    rig.stage(&[(HDR, 16, false), (STATUS, 1, true)]);
+    rig.publish();
+    rig.tick();
+    assert!(
+        rig.used().is_empty(),
+        "without polling, only a kick is noticed"
+    );
+    rig.kick();
+    assert_eq!(rig.used().len(), 1);
+}
+
+/// Linux's virtio_blk sends requests up to max_sectors_kb (1280 KiB by default), more than
+/// one MMC request carries: they are split, not refused.
+#[test]
+fn a_request_larger_than_the_host_takes_is_split_into_mmc_requests() {
+    let mut rig = Rig::new(model(0), Pacing::Off);
+    let len = 1280 * 1024;
+    let data: Vec<u8> = (0..len as u32).map(|i| (i / 512 % 251) as u8).collect();
+    rig.write_header(HDR, VIRTIO_BLK_T_OUT, 4096);
+    rig.mem
+        .memory()
+        .write_slice(&data, GuestAddress(DATA))
+        .unwrap();
+    let mut chain = vec![(HDR, 16, false)];
+    chain.extend((0..20u64).map(|i| (DATA + i * 65536, 65536, false)));
+    chain.push((STATUS, 1, true));
+    rig.push(&chain);
+    rig.kick();
+    assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_OK);
+    let before = rig.backend.with_target(|t| t.card().stats().commands);
+    assert_eq!(read(&mut rig, 4096, len), data);
+    assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_OK);
+    let commands = rig.backend.with_target(|t| t.card().stats().commands) - before;
+    assert!(
+        commands >= 3 * 2,
+        "1280 KiB at 512 KiB per request is three CMD23+CMD18 pairs, saw {commands} commands"
+    );
+}
+
+/// Writes queued together go out as packed commands when the driver packs, and every
+/// byte lands where its request said.
+#[test]
+fn queued_writes_are_packed_by_the_host_driver_and_read_back_intact() {
+    let policy = DriverPolicy {
+        packing: emmc_host::packing::PackingMode::Always,
+        ..Default::default()
+    };
+    let mut rig = Rig::with_policy(model(0), Pacing::Off, policy);
+    // Eight 4 KiB writes in one kick, each with its own header, data and status.
+    for i in 0..8u64 {
+        let hdr = HDR + i * 16;
+        let data = DATA + i * 4096;
+        let status = STATUS + i;
+        rig.write_header(hdr, VIRTIO_BLK_T_OUT, 1000 + i * 64);
+        rig.mem
+            .memory()
+            .write_slice(&[i as u8 + 1; 4096], GuestAddress(data))
+            .unwrap();
+        rig.stage(&[(hdr, 16, false), (data, 4096, false), (status, 1, true)]);
+    }
+    rig.publish();
+    rig.kick();
+    assert_eq!(rig.used().len(), 8);
+    for i in 0..8u64 {
+        assert_eq!(rig.status(STATUS + i), VIRTIO_BLK_S_OK, "write {i}");
+    }
+    let packed = rig
+        .backend
+        .with_target(|t| t.driver().stats().packed_writes);
+    assert!(packed >= 1, "the writes were packed");
+    for i in 0..8u64 {
+        assert_eq!(read(&mut rig, 1000 + i * 64, 4096), vec![i as u8 + 1; 4096]);
+    }
+}
+
+/// With real-time pacing a request that arrives while the card is busy waits in the
+/// driver's queue, as on hardware: writes arriving during a slow write are packed.
+#[test]
+fn in_real_time_requests_arriving_while_the_card_is_busy_queue_behind_it() {
+    // 150 ms per program: one write keeps the card busy long enough that the next three
+    // arrive during it even when this machine's scheduler is slow to wake the test.
+    let mut m = model(150_000_000);
+    m.ext_csd.cache_size = 0;
+    let policy = DriverPolicy {
+        packing: emmc_host::packing::PackingMode::Always,
+        ..Default::default()
+    };
+    let mut rig = Rig::with_policy(m, Pacing::Realtime { scale: 1.0 }, policy);
+    let start = Instant::now();
+    // The first write occupies the card.
+    rig.write_header(HDR, VIRTIO_BLK_T_OUT, 0);
+    rig.push(&[(HDR, 16, false), (DATA, 4096, false), (STATUS, 1, true)]);
+    rig.kick();
+    // Three more arrive a little later, one kick each, while it programs.
+    for i in 1..4u64 {
+        std::thread::sleep(Duration::from_millis(1));
+        let hdr = HDR + i * 16;
+        rig.write_header(hdr, VIRTIO_BLK_T_OUT, i * 64);
+        rig.push(&[
+            (hdr, 16, false),
+            (DATA + i * 4096, 4096, false),
+            (STATUS + i, 1, true),
+        ]);
+        rig.kick();
+    }
+    let mut done = 0;
+    while done < 4 {
+        assert!(start.elapsed() < Duration::from_secs(10), "never completed");
+        std::thread::sleep(Duration::from_millis(1));
+        rig.tick();
+        done += rig.used().len();
+    }
+    let (packed, requests) = rig.backend.with_target(|t| {
+        let s = t.driver().stats();
+        (s.packed_writes, s.mmc_requests)
+    });
+    assert_eq!(
+        packed, 1,
+        "the three that queued behind the first went as one packed write"
+    );
+    assert_eq!(requests, 2);
+    assert!(
+        start.elapsed() >= Duration::from_millis(300),
+        "two programs of 150 ms each, took {:?}",
+        start.elapsed()
+    );
+}
+
+/// A request that arrives after the card has idled for a while starts when it arrives,
+/// not when the card went idle: its modelled completion is its arrival plus its service.
+#[test]
+fn in_real_time_a_request_never_starts_before_it_arrived() {
+    let mut m = model(3_000_000);
+    m.ext_csd.cache_size = 0;
+    let mut rig = Rig::new(m, Pacing::Realtime { scale: 1.0 });
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("trace.txt");
+    let file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    let origin = rig.backend.card_now();
+    rig.backend
+        .set_trace(emmc_host::trace::TraceWriter::new(file, origin, "test").unwrap());
+    let wait_used = |rig: &mut Rig| {
+        let t0 = Instant::now();
+        loop {
+            assert!(t0.elapsed() < Duration::from_secs(5), "never completed");
+            std::thread::sleep(Duration::from_millis(1));
+            rig.tick();
+            if !rig.used().is_empty() {
+                return;
+            }
+        }
+    };
+    write(&mut rig, 0, &[1u8; 4096]);
+    wait_used(&mut rig);
+    std::thread::sleep(Duration::from_millis(30));
+    write(&mut rig, 64, &[2u8; 4096]);
+    wait_used(&mut rig);
+    rig.backend.shutdown();
+    let rows: Vec<(u64, u64)> = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            let f: Vec<u64> = l
+                .split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            (f[0], f[3])
+        })
+        .collect();
+    assert_eq!(rows.len(), 2);
+    let (arrival, done) = rows[1];
+    assert!(
+        arrival >= rows[0].1 + 25_000_000,
+        "it arrived after the idle gap"
+    );
+    assert!(
+        done >= arrival + 3_000_000,
+        "completed at {done}, arrived at {arrival}: the 3 ms program starts on arrival"
+    );
+}
+
+/// A request that arrives while the driver is already past its arrival (busy with
+/// something it cannot interrupt) enters the driver's queue then, but keeps its true
+/// arrival: the latency the trace records and the pacing sees counts from it.
+#[test]
+fn a_request_arriving_behind_the_drivers_clock_keeps_its_arrival() {
+    let mut m = model(3_000_000);
+    m.ext_csd.cache_size = 0;
+    let layout = Card::layout_for(&m);
+    let card = Card::new(m.clone(), Box::new(MemStore::new(layout))).unwrap();
+    let mut target = CardTarget::new(card, &m, &DriverPolicy::default()).unwrap();
+    let guest: GuestMemoryMmap =
+        GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x10_0000)]).unwrap();
+    guest
+        .write_slice(&[7u8; 4096], GuestAddress(0x1000))
+        .unwrap();
+    let mem = GuestMemoryAtomic::new(guest);
+    target.set_memory(Some(mem.clone()));
+    let guest = mem.memory();
+    let request = |kind, addr| Request {
+        kind,
+        sector: 16,
+        data: vec![Segment {
+            addr: GuestAddress(addr),
+            len: 4096,
+        }],
+        data_len: 4096,
+        ranges: Vec::new(),
+        status: GuestAddress(0x8000),
+    };
+    let t0 = target.now();
+    target.submit(&*guest, 0, request(RequestKind::Write, 0x1000), t0);
+    target.run_until(Nanos::MAX);
+    let write = target.take_finished();
+    assert_eq!(write.len(), 1);
+    assert_eq!(write[0].status, VIRTIO_BLK_S_OK);
+    let busy_end = target.now();
+    assert!(busy_end >= t0 + 3_000_000, "the write programmed for 3 ms");
+
+    // The read arrived 1 ms into the write's programming.
+    let arrival = t0 + 1_000_000;
+    target.submit(&*guest, 1, request(RequestKind::Read, 0x2000), arrival);
+    target.run_until(Nanos::MAX);
+    let read = target.take_finished();
+    assert_eq!(read.len(), 1);
+    assert_eq!(read[0].status, VIRTIO_BLK_S_OK);
+    assert_eq!(
+        read[0].arrival, arrival,
+        "the arrival is the guest's, not the driver's"
+    );
+    assert!(
+        read[0].at >= busy_end,
+        "it could not start before the card was free"
+    );
+    let mut back = [0u8; 4096];
+    guest.read_slice(&mut back, GuestAddress(0x2000)).unwrap();
+    assert!(
+        back.iter().all(|&b| b == 7),
+        "the read returns what was written"
+    );
+}
+
+#[test]
+fn an_injected_persistent_error_is_ioerr_and_the_device_keeps_serving() {
+    let mut rig = Rig::new(model(0), Pacing::Off);
+    let plan = emmc_host::fault::FaultPlan::from_toml_str(
+        "[[rule]]\ndirection = \"read\"\nlba = { start = 2048, end = 2056 }\neffect = { kind = \"data_crc\" }\n",
+    )
+    .unwrap();
+    rig.backend.with_target(|t| {
+        t.set_fault_injector(Some(emmc_host::fault::FaultInjector::new(plan).unwrap()))
+    });
+    let data: Vec<u8> = (0..4096u32).map(|i| (i * 3 % 253) as u8).collect();
+    write(&mut rig, 2048, &data);
+    assert_eq!(
+        rig.status(STATUS),
+        VIRTIO_BLK_S_OK,
+        "writes are not affected"
+    );
+    write(&mut rig, 4096, &data);
+    assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_OK);
+    rig.used();
+    read(&mut rig, 2048, 4096);
+    assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_IOERR);
+    assert_eq!(rig.used().len(), 1, "the failed request completed");
+    let retries = rig.backend.with_target(|t| t.driver().stats().retries);
+    assert_eq!(
+        retries,
+        u64::from(emmc_host::blkdrv::MMC_BLK_RETRIES),
+        "the driver retried before giving up"
+    );
+    // The device keeps serving, outside the range and inside it once the rule is gone.
+    assert_eq!(read(&mut rig, 4096, 4096), data);
+    assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_OK);
+    rig.backend
+        .with_target(|t| t.fault_injector_mut().unwrap().clear());
+    assert_eq!(read(&mut rig, 2048, 4096), data);
+    assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_OK);
+}

@@ -1,0 +1,539 @@
+//! Pacing shared by the frontends: card time against the wall clock, completions held
+//! until their card time has come, and how early the pacing timer fires.
+//!
+//! With `--timing realtime` card time follows the wall clock ([`Clock`]) from the first
+//! request of a session. Each completion — used ring entry and interrupt — waits in
+//! [`Completions`] until the wall clock reaches its card time: a timerfd on the backend's
+//! epoll loop fires shortly before and the loop spins out the last microseconds, so it
+//! never sleeps in a handler.
+//!
+//! A completion is signalled by spinning out the last stretch before it is due; the timer
+//! only has to wake the event loop before that stretch begins. How long it must be depends
+//! on how late the timer wakes us, which on a virtualised or loaded host varies from tens
+//! of microseconds to several hundred. [`SpinMargin`] keeps the lateness of recent timer
+//! wake-ups and sets the margin to cover nearly all of them, between a floor and a ceiling
+//! the user chose: more margin costs CPU (spinning), less lets the wake-up latency show in
+//! the completions.
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use vhost_user_backend::{VringRwLock, VringT};
+use virtio_queue::QueueT;
+use vm_memory::GuestMemory;
+use vmm_sys_util::timerfd::TimerFd;
+
+use emmc_card::timing::Nanos;
+use emmc_host::histogram::Histogram;
+
+/// The timer fires at least this early and the loop spins the rest: epoll wake-up
+/// latency on a loaded machine is tens of microseconds.
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(150);
+/// The most the margin grows to when wake-ups come late ([`SpinMargin`]).
+pub const DEFAULT_SPIN_MAX: Duration = Duration::from_millis(1);
+
+/// How completions relate to wall time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Pacing {
+    /// A completion is signalled when its card time has elapsed, times `scale`.
+    Realtime { scale: f64 },
+    /// Completions are signalled as soon as the card model has computed them.
+    Off,
+}
+
+impl Pacing {
+    pub fn is_realtime(&self) -> bool {
+        matches!(self, Pacing::Realtime { .. })
+    }
+}
+
+/// Card time ↔ wall time: `card0` at `wall0`, `scale` wall nanoseconds per card
+/// nanosecond.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    pub wall0: Instant,
+    pub card0: Nanos,
+    pub scale: f64,
+}
+
+impl Clock {
+    /// A clock on which card time `card0` is now.
+    pub fn start(card0: Nanos, pacing: Pacing) -> Clock {
+        Clock {
+            wall0: Instant::now(),
+            card0,
+            scale: match pacing {
+                Pacing::Realtime { scale } => scale,
+                Pacing::Off => 1.0,
+            },
+        }
+    }
+
+    pub fn card_at(&self, wall: Instant) -> Nanos {
+        let elapsed = wall.saturating_duration_since(self.wall0).as_nanos() as f64;
+        self.card0.saturating_add((elapsed / self.scale) as Nanos)
+    }
+
+    /// The wall instant of card time `card` (far-future card times saturate at about a
+    /// century from the clock's start rather than overflowing `Instant`).
+    pub fn wall_at(&self, card: Nanos) -> Instant {
+        const FAR: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+        let ns = (card.saturating_sub(self.card0) as f64 * self.scale) as u64;
+        let d = Duration::from_nanos(ns).min(FAR);
+        self.wall0.checked_add(d).unwrap_or(self.wall0 + FAR)
+    }
+}
+
+/// Pacing bookkeeping: how late completions were signalled past their due time.
+#[derive(Debug, Clone, Default)]
+pub struct PacingStats {
+    pub completed: u64,
+    /// Lateness of each completion past its due time.
+    pub late: Histogram,
+    /// How late the pacing timer woke the loop past the instant it was armed for.
+    pub wake_late: Histogram,
+    /// The timer's margin at the end of the session.
+    pub margin: Duration,
+}
+
+impl PacingStats {
+    /// One line for the log.
+    pub fn summary(&self) -> String {
+        let us = |ns: u64| ns as f64 / 1e3;
+        format!(
+            "{} completions, lateness p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs; \
+             timer wake-ups late p50 {:.1} µs, p99 {:.1} µs; spin margin {:.0} µs",
+            self.completed,
+            us(self.late.quantile(0.5)),
+            us(self.late.quantile(0.99)),
+            us(self.late.max()),
+            us(self.wake_late.quantile(0.5)),
+            us(self.wake_late.quantile(0.99)),
+            self.margin.as_secs_f64() * 1e6,
+        )
+    }
+}
+
+/// One used-ring entry waiting for its time.
+#[derive(Debug, Clone, Copy)]
+pub struct Pending {
+    /// Index of the queue in the slice handed to [`Completions::complete_due`].
+    pub queue: usize,
+    pub head: u16,
+    pub len: u32,
+    pub due: Instant,
+    /// Card time the model computed (for tests and statistics).
+    pub done_at: Nanos,
+}
+
+/// Completions in due order, the pacing timer and its margin.
+pub struct Completions {
+    pending: VecDeque<Pending>,
+    timer: TimerFd,
+    stats: PacingStats,
+    /// How early the timer fires before a completion is due; the rest is spun.
+    spin: SpinMargin,
+    /// When the armed timer should fire.
+    armed: Option<Instant>,
+}
+
+impl Completions {
+    pub fn new() -> io::Result<Completions> {
+        let timer = TimerFd::new()?;
+        let timer_fd = timer.as_raw_fd();
+        // Non-blocking: reading the expiry count after a spurious wake-up must not stall
+        // the event loop.
+        // SAFETY: fcntl on a descriptor this function owns (the timer), with F_GETFL and
+        // F_SETFL only; the return values are checked.
+        unsafe {
+            let flags = libc::fcntl(timer_fd, libc::F_GETFL);
+            if flags < 0 || libc::fcntl(timer_fd, libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(Completions {
+            pending: VecDeque::new(),
+            timer,
+            stats: PacingStats::default(),
+            spin: SpinMargin::new(DEFAULT_SPIN, DEFAULT_SPIN_MAX),
+            armed: None,
+        })
+    }
+
+    /// The pacing timer's fd, to register on the daemon's epoll loop.
+    pub fn timer_fd(&self) -> i32 {
+        self.timer.as_raw_fd()
+    }
+
+    pub fn set_spin(&mut self, spin: SpinMargin) {
+        self.spin = spin;
+    }
+
+    /// The timer's current margin.
+    pub fn spin(&self) -> Duration {
+        self.spin.get()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// Queue a completion, keeping due order (equal due times keep their order).
+    pub fn push(&mut self, p: Pending) {
+        let at = self.pending.partition_point(|q| q.due <= p.due);
+        self.pending.insert(at, p);
+    }
+
+    /// The statistics so far, with the current margin.
+    pub fn stats(&self) -> PacingStats {
+        PacingStats {
+            margin: self.spin.get(),
+            ..self.stats.clone()
+        }
+    }
+
+    /// Log the session's statistics and start afresh: pending completions are dropped
+    /// (their frontend has gone) and the timer is disarmed.
+    pub fn end_session(&mut self) {
+        self.log_summary();
+        self.stats = PacingStats::default();
+        self.pending.clear();
+        self.armed = None;
+        let _ = self.timer.clear();
+    }
+
+    /// The session's statistics in the log.
+    pub fn log_summary(&mut self) {
+        self.stats.margin = self.spin.get();
+        if self.stats.completed > 0 {
+            log::info!("session: {}", self.stats.summary());
+        }
+    }
+
+    /// The timer fired: consume its expiry count and learn how late it woke us.
+    pub fn timer_fired(&mut self) {
+        // A spurious wake-up reads EAGAIN.
+        let expired = self.timer.wait().is_ok_and(|n| n > 0);
+        // Only a real expiry says how late the timer woke us (after a spurious wake-up,
+        // or one whose timer was re-armed meanwhile, there is none).
+        if let Some(armed) = self.armed.take().filter(|_| expired) {
+            let late = Instant::now().saturating_duration_since(armed);
+            self.stats.wake_late.record(late.as_nanos() as u64);
+            self.spin.observe(late);
+        }
+    }
+
+    /// Signal every completion whose time has come (spinning out the last microseconds),
+    /// then arm the timer for the next completion or `wake`, whichever is first.
+    pub fn complete_due(
+        &mut self,
+        vrings: &[VringRwLock],
+        event_idx: bool,
+        wake: Option<Instant>,
+    ) -> io::Result<()> {
+        // Bit q: queue q got used entries.
+        let mut used = 0u64;
+        while let Some(p) = self.pending.front().copied() {
+            let now = Instant::now();
+            if p.due > now + self.spin.get() {
+                break;
+            }
+            while Instant::now() < p.due {
+                std::hint::spin_loop();
+            }
+            let late = Instant::now().saturating_duration_since(p.due).as_nanos() as u64;
+            self.stats.late.record(late);
+            self.stats.completed += 1;
+            self.pending.pop_front();
+            let Some(vring) = vrings.get(p.queue) else {
+                log::error!("completion for queue {} that does not exist", p.queue);
+                continue;
+            };
+            vring.add_used(p.head, p.len).map_err(io::Error::other)?;
+            used |= 1u64.checked_shl(p.queue as u32).unwrap_or(0);
+            log::trace!(
+                "completed {} on queue {} (card time {} ns)",
+                p.head,
+                p.queue,
+                p.done_at
+            );
+        }
+        for (_, vring) in vrings
+            .iter()
+            .enumerate()
+            .filter(|&(q, _)| used & 1u64.checked_shl(q as u32).unwrap_or(0) != 0)
+        {
+            if !event_idx || vring.needs_notification().map_err(io::Error::other)? {
+                vring.signal_used_queue()?;
+            }
+        }
+        let next = match (self.pending.front().map(|p| p.due), wake) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        match next {
+            Some(t) => {
+                let now = Instant::now();
+                let wait = t
+                    .saturating_duration_since(now)
+                    .saturating_sub(self.spin.get())
+                    .max(Duration::from_nanos(1));
+                self.timer.reset(wait, None)?;
+                self.armed = Some(now + wait);
+            }
+            None => {
+                self.timer.clear()?;
+                self.armed = None;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether the driver has made chains available on `vring` that the device has not
+/// taken yet. An avail index further ahead than the ring holds is a corrupt ring, not
+/// work: taking chains from it fails (and is logged once per notification), so the poll
+/// loops must not see it as work, or they spin on it — and log — until the index changes.
+pub fn ring_has_avail<M: GuestMemory>(vring: &VringRwLock, mem: &M) -> bool {
+    let guard = vring.get_ref();
+    let queue = guard.get_queue();
+    queue.ready()
+        && queue
+            .avail_idx(mem, std::sync::atomic::Ordering::Acquire)
+            .is_ok_and(|idx| {
+                let ahead = idx.0.wrapping_sub(queue.next_avail());
+                ahead != 0 && ahead <= queue.size()
+            })
+}
+
+/// What one look at the rings found, for [`poll_window`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Polled {
+    /// Stop polling: there is a completion to signal.
+    Done,
+    /// Nothing new.
+    Nothing,
+    /// Requests found and taken: the window starts again.
+    Took,
+}
+
+/// The poll window of both transports: with nothing pending, spin for up to `window`
+/// looking for the next request (`look` checks the rings and takes what it finds); each
+/// find restarts the window, a pending completion ends it.
+pub fn poll_window(
+    window: Duration,
+    mut look: impl FnMut() -> io::Result<Polled>,
+) -> io::Result<()> {
+    if window.is_zero() {
+        return Ok(());
+    }
+    let mut deadline = Instant::now() + window;
+    while Instant::now() < deadline {
+        match look()? {
+            Polled::Done => break,
+            Polled::Took => deadline = Instant::now() + window,
+            Polled::Nothing => std::hint::spin_loop(),
+        }
+    }
+    Ok(())
+}
+
+/// Wake-ups remembered.
+const WINDOW: usize = 128;
+/// The margin is recomputed after this many new wake-ups.
+const REFRESH: u32 = 16;
+/// The margin covers this share of the remembered wake-ups…
+const COVER: f64 = 0.99;
+/// …plus this much for the work between the wake-up and the spin (running the driver).
+const HEADROOM: Duration = Duration::from_micros(20);
+
+/// The pacing timer's margin: at least `min`, at most `max`, in between what the recent
+/// wake-ups needed.
+#[derive(Debug, Clone)]
+pub struct SpinMargin {
+    min: Duration,
+    max: Duration,
+    /// Lateness of the latest wake-ups, a ring of nanoseconds.
+    recent: Vec<u64>,
+    next: usize,
+    since_refresh: u32,
+    current: Duration,
+}
+
+impl SpinMargin {
+    /// A margin that adapts between `min` and `max` (`max` below `min` counts as `min`:
+    /// a fixed margin).
+    pub fn new(min: Duration, max: Duration) -> SpinMargin {
+        SpinMargin {
+            min,
+            max: max.max(min),
+            recent: Vec::with_capacity(WINDOW),
+            next: 0,
+            since_refresh: 0,
+            current: min,
+        }
+    }
+
+    /// A margin that never changes.
+    pub fn fixed(margin: Duration) -> SpinMargin {
+        SpinMargin::new(margin, margin)
+    }
+
+    /// How early the timer should fire now.
+    pub fn get(&self) -> Duration {
+        self.current
+    }
+
+    pub fn bounds(&self) -> (Duration, Duration) {
+        (self.min, self.max)
+    }
+
+    /// The timer woke the loop `late` after the instant it was armed for.
+    pub fn observe(&mut self, late: Duration) {
+        if self.min == self.max {
+            return;
+        }
+        let ns = u64::try_from(late.as_nanos()).unwrap_or(u64::MAX);
+        if self.recent.len() < WINDOW {
+            self.recent.push(ns);
+        } else {
+            self.recent[self.next] = ns;
+        }
+        self.next = (self.next + 1) % WINDOW;
+        self.since_refresh += 1;
+        if self.since_refresh >= REFRESH {
+            self.since_refresh = 0;
+            self.refresh();
+        }
+    }
+
+    fn refresh(&mut self) {
+        let mut sorted = self.recent.clone();
+        sorted.sort_unstable();
+        let rank = ((sorted.len() as f64 * COVER).ceil() as usize).clamp(1, sorted.len());
+        let covered = Duration::from_nanos(sorted[rank - 1]) + HEADROOM;
+        self.current = covered.clamp(self.min, self.max);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_poll_window_restarts_on_each_find_and_ends_at_a_completion() {
+        // A zero window never looks.
+        poll_window(Duration::ZERO, || panic!("looked")).unwrap();
+        // Nothing found: it gives up after the window.
+        let start = Instant::now();
+        let mut looks = 0;
+        poll_window(Duration::from_millis(20), || {
+            looks += 1;
+            Ok(Polled::Nothing)
+        })
+        .unwrap();
+        assert!(start.elapsed() >= Duration::from_millis(20) && looks > 1);
+        // A find every 10 ms, three times, keeps a 15 ms window open past 30 ms.
+        let start = Instant::now();
+        let mut finds = 0;
+        let mut last = Instant::now();
+        poll_window(Duration::from_millis(15), || {
+            if finds < 3 && last.elapsed() >= Duration::from_millis(10) {
+                finds += 1;
+                last = Instant::now();
+                return Ok(Polled::Took);
+            }
+            Ok(Polled::Nothing)
+        })
+        .unwrap();
+        assert_eq!(finds, 3);
+        assert!(start.elapsed() >= Duration::from_millis(45));
+        // A completion ends it at once; an error comes back.
+        let mut looks = 0;
+        poll_window(Duration::from_secs(60), || {
+            looks += 1;
+            Ok(Polled::Done)
+        })
+        .unwrap();
+        assert_eq!(looks, 1);
+        let e = poll_window(Duration::from_secs(60), || Err(io::Error::other("x")));
+        assert!(e.is_err());
+    }
+
+    /// Regression (hostile frontend, docs/robustness.md): an avail index more than a ring
+    /// ahead made the poll loops spin and log until the index changed.
+    #[test]
+    fn a_corrupt_avail_index_is_not_work() {
+        use vm_memory::{Bytes, GuestAddress, GuestMemoryAtomic, GuestMemoryMmap};
+        let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 0x10000)]).unwrap();
+        let vring = VringRwLock::new(GuestMemoryAtomic::new(mem.clone()), 256).unwrap();
+        vring.set_queue_size(256);
+        vring.set_queue_info(0x1000, 0x2000, 0x3000).unwrap();
+        vring.set_queue_ready(true);
+        let set_idx = |idx: u16| mem.write_obj(idx, GuestAddress(0x2002)).unwrap();
+        set_idx(0);
+        assert!(!ring_has_avail(&vring, &mem), "nothing made available");
+        set_idx(3);
+        assert!(ring_has_avail(&vring, &mem), "three chains");
+        set_idx(256);
+        assert!(ring_has_avail(&vring, &mem), "a full ring");
+        set_idx(257);
+        assert!(!ring_has_avail(&vring, &mem), "more than the ring holds");
+        set_idx(0x8000);
+        assert!(!ring_has_avail(&vring, &mem), "far ahead");
+    }
+
+    const US: Duration = Duration::from_micros(1);
+
+    #[test]
+    fn the_margin_follows_the_recent_wake_up_lateness_within_its_bounds() {
+        let mut m = SpinMargin::new(50 * US, 1000 * US);
+        assert_eq!(m.get(), 50 * US, "it starts at the floor");
+        for _ in 0..WINDOW {
+            m.observe(300 * US);
+        }
+        assert_eq!(m.get(), 320 * US, "lateness plus headroom");
+        for _ in 0..WINDOW {
+            m.observe(10 * US);
+        }
+        assert_eq!(
+            m.get(),
+            50 * US,
+            "back to the floor once wake-ups are prompt"
+        );
+        for _ in 0..WINDOW {
+            m.observe(5000 * US);
+        }
+        assert_eq!(m.get(), 1000 * US, "never past the ceiling");
+    }
+
+    #[test]
+    fn a_single_outlier_does_not_raise_the_margin_but_a_few_percent_do() {
+        let mut m = SpinMargin::new(50 * US, 1000 * US);
+        for i in 0..WINDOW {
+            m.observe(if i == 7 { 900 * US } else { 100 * US });
+        }
+        assert_eq!(
+            m.get(),
+            120 * US,
+            "one wake-up in 128 is below the 99th percentile"
+        );
+        for i in 0..WINDOW {
+            m.observe(if i % 32 == 0 { 400 * US } else { 100 * US });
+        }
+        assert_eq!(m.get(), 420 * US, "four in 128 are above it");
+    }
+
+    #[test]
+    fn a_fixed_margin_ignores_wake_ups() {
+        let mut m = SpinMargin::fixed(150 * US);
+        for _ in 0..WINDOW {
+            m.observe(800 * US);
+        }
+        assert_eq!(m.get(), 150 * US);
+        let m = SpinMargin::new(200 * US, 100 * US);
+        assert_eq!(m.bounds(), (200 * US, 200 * US));
+    }
+}

@@ -1,0 +1,420 @@
+//! `vhost-user-emmc serve`: the daemon, for either transport.
+//!
+//! One card, one vhost-user socket, one frontend at a time. The socket is created
+//! owner-only. While a frontend is attached, further connections are accepted only to be
+//! closed, with a log line saying why. When the frontend leaves, the card is powered down
+//! cleanly and up again, and the daemon waits for the next. SIGINT and SIGTERM write the
+//! card's cache back, sync the image, remove the socket and exit.
+//!
+//! The transport decides what the socket serves: `blk` (the card's user area as a
+//! vhost-user-blk device, through the backend's own MMC block driver; `blk/serve.rs`) or
+//! `mmc` (raw MMC requests to the SDHCI host, docs/virtio-mmc.md; `mmc/serve.rs`). Both
+//! share this lifecycle through [`ServedBackend`].
+
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use vhost::vhost_user::Listener;
+use vhost_user_backend::{VhostUserBackend, VhostUserDaemon, VringRwLock};
+use vm_memory::{
+    GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion,
+};
+use vmm_sys_util::epoll::EventSet;
+
+use super::pacing::{Pacing, DEFAULT_SPIN, DEFAULT_SPIN_MAX};
+use emmc_card::model::DeviceModel;
+use emmc_card::store::{read_header, ImageStore};
+use emmc_card::Card;
+use emmc_host::policy::{PackingArg, SchedulerArg};
+
+/// `--timing`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TimingArg {
+    /// Complete each request when its card time has elapsed in wall time.
+    Realtime,
+    /// Complete each request as soon as it has been executed.
+    Off,
+}
+
+/// `--transport`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum TransportArg {
+    /// vhost-user-blk: the card's user area as a block device, through the backend's MMC
+    /// block driver.
+    #[default]
+    Blk,
+    /// virtio-mmc (docs/virtio-mmc.md): the guest's own MMC requests to the emulated
+    /// SDHCI host and card.
+    Mmc,
+}
+
+/// `--image-sync`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ImageSyncArg {
+    /// fdatasync the image whenever the card finishes programming data it acknowledges
+    /// as durable (reliable write, forced programming, cache off) and at every flush:
+    /// acknowledged data survives the host losing power.
+    #[default]
+    Durable,
+    /// fdatasync only at cache flushes and shutdown: durable programs reach the image
+    /// file at once (they survive the daemon being killed) but not the disk until the
+    /// next flush. Cacheless models on a slow disk keep their pacing.
+    Flush,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// vhost-user socket to create.
+    #[arg(long)]
+    pub socket: PathBuf,
+    /// Card image; created for the model when it does not exist.
+    #[arg(long)]
+    pub image: PathBuf,
+    /// Built-in model name or model file (default: the image's model, or generic-emmc45).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// What the socket serves: a block device (blk) or raw MMC requests (mmc).
+    #[arg(long, value_enum, default_value_t = TransportArg::Blk)]
+    pub transport: TransportArg,
+    /// When the image is fdatasynced (docs/durability.md).
+    #[arg(long, value_enum, default_value_t = ImageSyncArg::Durable)]
+    pub image_sync: ImageSyncArg,
+    #[arg(long, value_enum, default_value = "realtime")]
+    pub timing: TimingArg,
+    /// Wall time per unit of card time with realtime pacing (2.0 = twice as slow).
+    #[arg(long, default_value_t = 1.0)]
+    pub time_scale: f64,
+    /// Record every request with its arrival and completion in card time, in the trace
+    /// format of docs/trace-format.md (replayable with `simulate --workload trace`). With
+    /// mmc, every data request on the user area is a line and every other request a
+    /// comment.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Log every MMC command the emulated SDHCI controller sends to the card: argument,
+    /// response, data, card-time duration and errors (docs/trace-format.md, "MMC command
+    /// log").
+    #[arg(long)]
+    pub cmd_log: Option<PathBuf>,
+    /// Microseconds to keep polling the queue for the next request once the card is idle
+    /// (0: sleep at once). Trades CPU for the event loop's wake-up latency, like QEMU's
+    /// iothread poll-max-ns.
+    #[arg(long, default_value_t = 32)]
+    pub poll_us: u64,
+    /// Microseconds before a completion is due at which the pacing timer fires at least;
+    /// the rest is spun.
+    #[arg(long, default_value_t = DEFAULT_SPIN.as_micros() as u64)]
+    pub spin_us: u64,
+    /// The most the timer's margin grows to where the event loop wakes late (a loaded or
+    /// virtualised host): it covers the 99th percentile of recent wake-ups. Equal to
+    /// --spin-us (or below): a fixed margin.
+    #[arg(long, default_value_t = DEFAULT_SPIN_MAX.as_micros() as u64)]
+    pub spin_max_us: u64,
+    /// The host driver's write packing: packed commands always, under write packing
+    /// control (seed 000) with `--wr-threshold`, or never. blk transport only (with mmc
+    /// the guest's driver decides).
+    #[arg(long, value_enum, default_value_t = PackingArg::Off)]
+    pub packing: PackingArg,
+    /// Write packing control's threshold (`num_wr_reqs_to_start_packing`).
+    #[arg(long, default_value_t = emmc_host::packing::DEFAULT_NUM_WR_REQS_TO_START_PACKING)]
+    pub wr_threshold: u32,
+    /// The host driver's I/O scheduler (the guest's block layer has scheduled already;
+    /// noop keeps its order). blk transport only.
+    #[arg(long, value_enum, default_value_t = SchedulerArg::Noop)]
+    pub scheduler: SchedulerArg,
+    /// CFQ's `slice_idle` in microseconds.
+    #[arg(long, default_value_t = 8000)]
+    pub slice_idle_us: u64,
+    /// Fault plan (TOML, docs/faults.md) applied to every command the controller sends
+    /// once the card is served; a plan that fails validation stops the daemon.
+    #[arg(long)]
+    pub fault_plan: Option<PathBuf>,
+    /// Control socket (JSON lines, owner-only): add and clear faults, cut power, read
+    /// statistics while serving; `vhost-user-emmc control` talks to it.
+    #[arg(long)]
+    pub control: Option<PathBuf>,
+}
+
+impl ServeArgs {
+    /// `--timing` and `--time-scale`.
+    pub fn pacing(&self) -> Pacing {
+        match self.timing {
+            TimingArg::Realtime => Pacing::Realtime {
+                scale: self.time_scale,
+            },
+            TimingArg::Off => Pacing::Off,
+        }
+    }
+}
+
+/// What the shared daemon lifecycle needs from a transport's backend.
+pub trait ServedBackend:
+    VhostUserBackend<Bitmap = (), Vring = VringRwLock>
+    + super::control::Controlled
+    + Send
+    + Sync
+    + 'static
+{
+    /// The pacing timer's fd, registered on every worker's epoll loop with
+    /// [`ServedBackend::timer_event`].
+    fn timer_fd(&self) -> i32;
+    /// The epoll data value the backend's `handle_event` expects for the timer.
+    fn timer_event(&self) -> u16;
+    /// Clean shutdown: write the card's cache back and make the image durable.
+    fn shutdown(&self);
+    /// The frontend left: forget it and give the next one a freshly powered card.
+    fn restart(&self) -> Result<(), String>;
+}
+
+/// `vhost-user-emmc serve`.
+pub fn serve(args: &ServeArgs) -> Result<(), String> {
+    if !(args.time_scale.is_finite() && args.time_scale > 0.0) {
+        return Err(format!(
+            "--time-scale {} must be a positive number",
+            args.time_scale
+        ));
+    }
+    // A bad plan stops the daemon before it touches the image or the socket.
+    emmc_host::fault::load_fault_plan(args.fault_plan.as_deref())?;
+    match args.transport {
+        TransportArg::Blk => super::blk::serve::serve_blk(args),
+        TransportArg::Mmc => super::mmc::serve::serve_mmc(args),
+    }
+}
+
+/// Refuse guest memory whose regions map past the end of their files (both backends'
+/// `update_memory`). mmap(2) accepts such a mapping, but touching its tail raises
+/// SIGBUS: a frontend could kill the daemon with a memfd smaller than the region it
+/// declares and a ring placed past the file's end. On refusal the memory is replaced by
+/// an empty map, so nothing can reach the bad one before the session ends.
+///
+/// A frontend that shrinks its file after the check can still do it, as with any
+/// vhost-user backend; that needs memfd seals to rule out (docs/robustness.md).
+pub fn check_memory_backing(mem: &GuestMemoryAtomic<GuestMemoryMmap>) -> std::io::Result<()> {
+    let problem = {
+        let guard = mem.memory();
+        let mut problem = None;
+        for r in guard.iter() {
+            let Some(fo) = r.file_offset() else {
+                continue;
+            };
+            let meta = fo.file().metadata()?;
+            if !meta.is_file() {
+                continue;
+            }
+            let end = fo.start().checked_add(r.len());
+            if end.is_none_or(|end| end > meta.len()) {
+                problem = Some(format!(
+                    "memory region at guest {:#x}: {} bytes from offset {} of a {}-byte file \
+                     (past its end)",
+                    r.start_addr().0,
+                    r.len(),
+                    fo.start(),
+                    meta.len()
+                ));
+                break;
+            }
+        }
+        problem
+    };
+    match problem {
+        None => Ok(()),
+        Some(p) => {
+            log::warn!("refusing guest memory: {p}");
+            mem.lock()
+                .map_err(|_| std::io::Error::other("guest memory lock poisoned"))?
+                .replace(GuestMemoryMmap::new());
+            Err(std::io::Error::other(p))
+        }
+    }
+}
+
+/// The `--cmd-log` file, its times counted from card time `origin`.
+pub fn open_cmd_log(
+    args: &ServeArgs,
+    origin: emmc_card::timing::Nanos,
+    model: &str,
+) -> Result<Option<emmc_host::cmdlog::CmdLog>, String> {
+    args.cmd_log
+        .as_deref()
+        .map(|path| {
+            let heading = format!(
+                "vhost-user-emmc serve --transport {}, model {model}: MMC command log",
+                match args.transport {
+                    TransportArg::Blk => "blk",
+                    TransportArg::Mmc => "mmc",
+                }
+            );
+            emmc_host::cmdlog::CmdLog::create(path, origin, &heading)
+        })
+        .transpose()
+}
+
+/// Open (or create) the image and build the card on it.
+pub fn open_card(args: &ServeArgs) -> Result<(Card, DeviceModel), String> {
+    let existing = args.image.exists();
+    let name = match (&args.model, existing) {
+        (Some(m), _) => m.clone(),
+        (None, true) => read_header(&args.image).map_err(|e| e.to_string())?.model,
+        (None, false) => emmc_card::model::DEFAULT_MODEL.to_string(),
+    };
+    let model = DeviceModel::load(&name).map_err(|e| e.to_string())?;
+    let layout = Card::layout_for(&model);
+    let mut store = if existing {
+        ImageStore::open(&args.image, layout, &model.name)
+    } else {
+        log::info!("creating {} for model {}", args.image.display(), model.name);
+        ImageStore::create(&args.image, layout, &model.name)
+    }
+    .map_err(|e| e.to_string())?;
+    store.set_sync_programs(args.image_sync == ImageSyncArg::Durable);
+    let card = Card::new(model.clone(), Box::new(store)).map_err(|e| e.to_string())?;
+    Ok((card, model))
+}
+
+/// Bind the socket with permissions 0600 from the start.
+fn bind_owner_only(path: &Path) -> Result<Listener, String> {
+    // SAFETY: umask only changes this process's file-creation mask; it is restored at
+    // once, and no other thread creates files in between (signal handling has not started).
+    let old = unsafe { libc::umask(0o177) };
+    let listener = Listener::new(path, true);
+    // SAFETY: as above.
+    unsafe { libc::umask(old) };
+    listener.map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// How long a new connection waits for the attached frontend's session to end before it
+/// is refused.
+const RECONNECT_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// While a frontend is attached, accept and close any other connection.
+fn refuse_others(fd: i32, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        // SAFETY: dup returns a new descriptor for the same listening socket (or -1,
+        // checked); the UnixListener below owns and closes that duplicate only.
+        let dup = unsafe { libc::dup(fd) };
+        if dup < 0 {
+            log::warn!(
+                "cannot watch for other frontends: {}",
+                std::io::Error::last_os_error()
+            );
+            return;
+        }
+        // SAFETY: `dup` is a valid, owned listening socket descriptor.
+        let listener = unsafe { UnixListener::from_raw_fd(dup) };
+        while !stop.load(Ordering::Relaxed) {
+            let mut pfd = libc::pollfd {
+                fd: listener.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd, its length is 1, and it outlives the call.
+            let ready = unsafe { libc::poll(&mut pfd, 1, 100) };
+            if ready > 0 && pfd.revents & libc::POLLIN != 0 {
+                // A frontend that reconnects right after leaving (a restarted QEMU) may
+                // arrive before its old session has wound down: give the session a grace
+                // period to end and leave the connection for the next one if it does.
+                let since = std::time::Instant::now();
+                while !stop.load(Ordering::Relaxed) && since.elapsed() < RECONNECT_GRACE {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                if let Ok((stream, _)) = listener.accept() {
+                    log::warn!(
+                        "refusing a second frontend: the card is already attached to one \
+                         (one frontend at a time, as one card sits in one slot)"
+                    );
+                    drop(stream);
+                }
+            }
+        }
+    })
+}
+
+/// Ask the kernel to fire this thread's timers on time rather than up to 50 µs late (the
+/// default timer slack, which lets it batch wake-ups). Threads started afterwards — the
+/// daemon's workers — inherit it.
+pub fn exact_timers() {
+    // SAFETY: PR_SET_TIMERSLACK takes one integer argument and changes nothing but this
+    // thread's timer slack; the result is checked.
+    let rc = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
+    if rc != 0 {
+        log::warn!(
+            "timer slack stays at the default: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+/// Serve `backend` on `socket` until a signal: one frontend at a time, the card restarted
+/// between sessions, a clean shutdown on SIGINT / SIGTERM.
+pub fn run_daemon<B: ServedBackend>(
+    backend: Arc<B>,
+    socket: &Path,
+    control: Option<&Path>,
+    model_name: &str,
+) -> Result<(), String> {
+    let control = control
+        .map(|p| super::control::ControlSocket::spawn(p, backend.clone()))
+        .transpose()?;
+    let mut listener = bind_owner_only(socket)?;
+    {
+        let backend = backend.clone();
+        let socket = socket.to_path_buf();
+        let control_path = control.as_ref().map(|c| c.path().to_path_buf());
+        let mut signals = signal_hook::iterator::Signals::new([
+            signal_hook::consts::SIGINT,
+            signal_hook::consts::SIGTERM,
+        ])
+        .map_err(|e| format!("signal handling: {e}"))?;
+        std::thread::spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                log::info!("signal {sig}: writing the cache back and syncing the image");
+                backend.shutdown();
+                let _ = std::fs::remove_file(&socket);
+                if let Some(p) = &control_path {
+                    let _ = std::fs::remove_file(p);
+                }
+                std::process::exit(0);
+            }
+        });
+    }
+    eprintln!(
+        "vhost-user-emmc: serving {model_name} on {}",
+        socket.display()
+    );
+    loop {
+        let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
+        let mut daemon = VhostUserDaemon::new("vhost-user-emmc".into(), backend.clone(), mem)
+            .map_err(|e| format!("daemon: {e:?}"))?;
+        daemon
+            .start(&mut listener)
+            .map_err(|e| format!("accepting a frontend: {e:?}"))?;
+        log::info!("frontend attached");
+        for handler in daemon.get_epoll_handlers() {
+            handler
+                .register_listener(
+                    backend.timer_fd(),
+                    EventSet::IN,
+                    u64::from(backend.timer_event()),
+                )
+                .map_err(|e| format!("registering the pacing timer: {e}"))?;
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let refusing = refuse_others(listener.as_raw_fd(), stop.clone());
+        let result = daemon.wait();
+        stop.store(true, Ordering::Relaxed);
+        let _ = refusing.join();
+        match result {
+            Ok(()) => log::info!("frontend detached"),
+            Err(e) => log::info!("frontend detached: {e:?}"),
+        }
+        backend
+            .restart()
+            .map_err(|e| format!("card restart: {e}"))?;
+    }
+}
