@@ -7,7 +7,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use emmc_card::model::{builtin_model_names, DeviceModel, DEFAULT_MODEL};
+use emmc_card::model::{
+    builtin_host_names, builtin_model_names, DeviceModel, HostProfile, DEFAULT_MODEL,
+};
 use emmc_card::store::{read_header, ImageStore, NullStore};
 use emmc_card::{inspect, Card};
 use emmc_sim::selfcheck;
@@ -22,7 +24,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Commands {
-    /// List the built-in device models.
+    /// List the built-in device models, each with the host profile it was calibrated
+    /// with, and the built-in host profiles.
     Models,
     /// Print the decoded CID, CSD and EXT_CSD of a model (and of an image's saved state).
     Inspect {
@@ -77,6 +80,12 @@ fn run(cli: Cli) -> Result<(), String> {
             for name in builtin_model_names() {
                 let m = DeviceModel::load(name).map_err(|e| e.to_string())?;
                 println!("{name:<20} {}", m.description);
+                println!("{:<20} host profile: {}", "", m.host.name);
+            }
+            println!("\nhost profiles (device-models/hosts/; `host = \"NAME\"` in a model):");
+            for name in builtin_host_names() {
+                let h = HostProfile::load(name).map_err(|e| e.to_string())?;
+                println!("{name:<20} {}", h.description);
             }
             Ok(())
         }

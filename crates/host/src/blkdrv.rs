@@ -184,7 +184,7 @@ impl Default for BlkConfig {
 
 impl BlkConfig {
     /// A configuration for the host of a device model's `[host]` section.
-    pub fn for_model(host: &emmc_card::model::HostModel) -> BlkConfig {
+    pub fn for_model(host: &emmc_card::model::HostProfile) -> BlkConfig {
         let max_sectors = host.max_sectors_kb.saturating_mul(2).clamp(8, 65_535);
         BlkConfig {
             caps: HostCaps::for_model(host),

@@ -83,7 +83,7 @@ pub struct HostCaps {
 
 impl HostCaps {
     /// Capabilities that bring a card up in the bus mode of a model's `[host]` section.
-    pub fn for_model(host: &emmc_card::model::HostModel) -> HostCaps {
+    pub fn for_model(host: &emmc_card::model::HostProfile) -> HostCaps {
         HostCaps {
             bus_width: host.bus_width,
             high_speed: host.timing != BusTiming::Legacy,

@@ -80,7 +80,7 @@ mod tests;
 
 use super::cmdlog::{CmdEntry, CmdLog};
 use crate::fault::{self, CommandInfo, Effect, FaultInjector};
-use emmc_card::model::HostModel;
+use emmc_card::model::HostProfile;
 use emmc_card::timing::bus::{ResponseLength, COMMAND_BITS};
 use emmc_card::timing::{Bus, Nanos};
 use emmc_card::{Card, Command, DataError, PowerDown, Response};
@@ -408,7 +408,7 @@ impl Default for SdhciConfig {
 
 impl SdhciConfig {
     /// The default controller with a model's per-request host overhead.
-    pub fn for_model(host: &HostModel) -> SdhciConfig {
+    pub fn for_model(host: &HostProfile) -> SdhciConfig {
         SdhciConfig {
             request_overhead_ns: host.request_overhead_ns,
             ..SdhciConfig::default()

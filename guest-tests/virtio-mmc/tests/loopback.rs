@@ -48,7 +48,7 @@ fn block_writes_read_back_over_the_wire_format() {
 
 #[test]
 fn lmdd_write_over_the_wire_format_takes_exactly_the_in_process_card_time() {
-    let m = model("msm-emmc45-sdr50");
+    let m = common::real_driver_model("msm-emmc45-sdr50");
     let exp = Experiment::LmddWrite {
         bytes: 8 << 20,
         bs: 128,

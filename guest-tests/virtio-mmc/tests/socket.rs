@@ -211,7 +211,7 @@ fn malformed_requests_get_an_error_status_and_the_daemon_goes_on() {
 /// time, against the simulator's in-process run.
 #[test]
 fn lmdd_write_through_the_socket_matches_the_simulator() {
-    let m = common::model("msm-emmc45-sdr50");
+    let m = common::real_driver_model("msm-emmc45-sdr50");
     let exp = Experiment::LmddWrite {
         bytes: 16 << 20,
         bs: 128,

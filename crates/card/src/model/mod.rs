@@ -1,6 +1,12 @@
 //! Device models: one TOML file per card (`device-models/*.toml`), deserialised into
 //! [`DeviceModel`] and validated before a card is built from it.
 //!
+//! A model is two profiles. The card profile (`[cid]`, `[csd]`, `[ext_csd]`, `[timing]`)
+//! is what the card does, in card time. The host profile (`host = "NAME"`, a file of
+//! `device-models/hosts/`) is the host that measured it: the controller's bus and limits,
+//! and that host's software time ([`HostProfile`]). `extends = "MODEL"` takes another
+//! model and states only what differs (`load.rs`).
+//!
 //! Field names follow the register the value ends up in (CID, CSD, EXT_CSD field names in
 //! lower case) so that a model file can be read beside the JEDEC tables. Values are the raw
 //! register encodings; the comments in the model files give the decoded meaning and the
@@ -15,7 +21,10 @@ pub use flash::{
     Eviction, FlashTimingModel, FtlModel, GcCopy, NandModel, RandomWrites, SlcCacheModel,
     SpecialRegionModel, TimingModel,
 };
-pub use load::{builtin_model_names, BUILTIN_MODELS, DEFAULT_MODEL};
+pub use load::{
+    builtin_host_names, builtin_model_names, BUILTIN_HOSTS, BUILTIN_MODELS, DEFAULT_HOST,
+    DEFAULT_MODEL,
+};
 
 use serde::{Deserialize, Serialize};
 
@@ -30,9 +39,9 @@ pub struct DeviceModel {
     pub cid: CidModel,
     pub csd: CsdModel,
     pub ext_csd: ExtCsdModel,
-    /// The host the card is driven by in the simulator (and was measured behind).
-    #[serde(default)]
-    pub host: HostModel,
+    /// The host profile the card was calibrated with (`host = "NAME"` in the file, a
+    /// built-in profile or a path; or an inline `[host]` table).
+    pub host: HostProfile,
     /// Costs of card operations: `[timing] model = "constant"` or `"flash"`. Absent, the
     /// card is ideal (constant-cost, every cost zero).
     #[serde(default)]
@@ -253,33 +262,55 @@ pub enum BusTiming {
     Hs200,
 }
 
-/// The host side of a measurement: bus settings after bring-up and the time the host
-/// (block layer, driver, controller set-up) spends per request outside the bus.
+/// A host profile (`device-models/hosts/*.toml`, or a `[host]` table in a model): the host
+/// a card is driven by in the simulator and the blk transport, and was measured behind.
+///
+/// Its numbers are of two kinds:
+/// - **the controller**: `clock_hz`, `bus_width`, `timing` (the bus after bring-up) and the
+///   controller's limits `max_hw_sectors_kb`, `max_segments`. The emulated SDHCI offers
+///   them on every transport, whoever the host driver is.
+/// - **the host software**: `request_overhead_ns`, `prepare_ns` and the block queue's
+///   `max_sectors_kb` — the block layer and driver of the host that measured the seed
+///   figures. They are charged in card time only where this process models the host
+///   (the blk transport, the simulator). Where a real driver is the host (the guest's
+///   kernel, the Rust virtio-mmc driver), its own time is real and must not be charged
+///   twice: such a frontend uses [`HostProfile::controller_only`].
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct HostModel {
-    /// Card clock after bring-up, in Hz.
+pub struct HostProfile {
+    /// The profile's name (`device-models/hosts/NAME.toml`); "inline" for a `[host]`
+    /// table written into a model.
+    pub name: String,
+    /// One line for `vhost-user-emmc models`.
+    pub description: String,
+    /// Card clock after bring-up, in Hz (controller).
     pub clock_hz: u64,
-    /// Data lines: 1, 4 or 8.
+    /// Data lines: 1, 4 or 8 (controller).
     pub bus_width: u8,
+    /// Bus timing mode after bring-up (controller).
     pub timing: BusTiming,
-    /// Host time per block request before its first command, in nanoseconds.
+    /// Host software time per MMC request outside the bus: interrupt, register set-up,
+    /// completion. Charged by the controller model only where this process is the host.
     pub request_overhead_ns: u64,
-    /// Host time to prepare a block request for the card (block layer, the MMC block
-    /// driver's request set-up, DMA mapping): overlapped with the previous request's
+    /// Host software time to prepare a block request for the card (block layer, the MMC
+    /// block driver's request set-up, DMA mapping): overlapped with the previous request's
     /// transfer by the block driver's two-deep pipeline.
     pub prepare_ns: u64,
-    /// The block queue's largest request (`max_sectors_kb`).
+    /// The block queue's largest request (`max_sectors_kb`; host software).
     pub max_sectors_kb: u32,
-    /// The host's largest MMC request (`max_req_size`, and `max_blk_count` blocks), KiB.
+    /// The controller's largest MMC request (`max_req_size`, and `max_blk_count` blocks), KiB.
     pub max_hw_sectors_kb: u32,
-    /// Scatter-gather segments per request (`max_segs`).
+    /// Scatter-gather segments per request (`max_segs`; controller).
     pub max_segments: u32,
 }
 
-impl Default for HostModel {
+impl Default for HostProfile {
+    /// The values a profile states nothing about: Linux's sdhci with ADMA2 (128 segments,
+    /// 512 KiB requests) in high speed SDR at 52 MHz on 8 lines, with no software time.
     fn default() -> Self {
-        HostModel {
+        HostProfile {
+            name: "inline".into(),
+            description: String::new(),
             clock_hz: 52_000_000,
             bus_width: 8,
             timing: BusTiming::Hs,
@@ -288,6 +319,18 @@ impl Default for HostModel {
             max_sectors_kb: 512,
             max_hw_sectors_kb: 512,
             max_segments: 128,
+        }
+    }
+}
+
+impl HostProfile {
+    /// The controller of this profile without the measuring host's software time: what a
+    /// frontend offers when a real driver is the host and brings its own time.
+    pub fn controller_only(&self) -> HostProfile {
+        HostProfile {
+            request_overhead_ns: 0,
+            prepare_ns: 0,
+            ..self.clone()
         }
     }
 }

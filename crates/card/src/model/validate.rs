@@ -8,8 +8,8 @@
 //! model layer because the card layer depends on the model, not the other way round.
 
 use super::{
-    BufferARule, CidModel, ConstantTimingModel, DeviceModel, FlashTimingModel, ModelError,
-    RandomWrites, TimingModel,
+    BufferARule, CidModel, ConstantTimingModel, DeviceModel, FlashTimingModel, HostProfile,
+    ModelError, RandomWrites, TimingModel,
 };
 
 /// The only EXT_CSD revision this project emulates: eMMC 4.5/4.51 (facts §6.2).
@@ -62,6 +62,54 @@ fn only_bits(value: u8, allowed: u8, field: &'static str, meaning: &str) -> Resu
     })
 }
 
+impl HostProfile {
+    /// What can be checked of a host profile without the card: bus width and the queue
+    /// limits. The bus mode and clock are checked against the card's DEVICE_TYPE by
+    /// [`DeviceModel::validate`]. Field names are those of a model's `host`.
+    pub fn validate(&self) -> Result<(), ModelError> {
+        self.check_bus_width()
+            .and_then(|()| self.check_limits())
+            .map_err(|(field, problem)| ModelError::Invalid {
+                name: self.name.clone(),
+                field,
+                problem,
+            })
+    }
+
+    fn check_bus_width(&self) -> Result<(), Problem> {
+        ensure(
+            matches!(self.bus_width, 1 | 4 | 8),
+            "host.bus_width",
+            || format!("{} lines: the bus has 1, 4 or 8 data lines", self.bus_width),
+        )
+    }
+
+    fn check_limits(&self) -> Result<(), Problem> {
+        let h = self;
+        // CMD23's block count is 16 bits: 32 MiB at most per request.
+        ensure(
+            (4..=32_767).contains(&h.max_sectors_kb),
+            "host.max_sectors_kb",
+            || format!("{} KiB: a request holds 4..=32767 KiB", h.max_sectors_kb),
+        )?;
+        ensure(
+            (4..=32_767).contains(&h.max_hw_sectors_kb) && h.max_hw_sectors_kb >= h.max_sectors_kb,
+            "host.max_hw_sectors_kb",
+            || {
+                format!(
+                    "{} KiB: 4..=32767 KiB and at least max_sectors_kb ({})",
+                    h.max_hw_sectors_kb, h.max_sectors_kb
+                )
+            },
+        )?;
+        ensure(
+            (1..=4096).contains(&h.max_segments),
+            "host.max_segments",
+            || format!("{}: 1..=4096 segments", h.max_segments),
+        )
+    }
+}
+
 impl DeviceModel {
     /// Check ranges and consistency; every problem names its field.
     pub fn validate(&self) -> Result<(), ModelError> {
@@ -107,9 +155,7 @@ impl DeviceModel {
         use super::BusTiming;
         use crate::ext_csd as x;
         let h = &self.host;
-        ensure(matches!(h.bus_width, 1 | 4 | 8), "host.bus_width", || {
-            format!("{} lines: the bus has 1, 4 or 8 data lines", h.bus_width)
-        })?;
+        h.check_bus_width()?;
         let device_type = self.ext_csd.device_type;
         let (max_hz, supported) = match h.timing {
             BusTiming::Legacy => (26_000_000, true),
@@ -143,27 +189,7 @@ impl DeviceModel {
             "host.clock_hz",
             || format!("{} Hz: {:?} allows 1..={max_hz} Hz", h.clock_hz, h.timing),
         )?;
-        // CMD23's block count is 16 bits: 32 MiB at most per request.
-        ensure(
-            (4..=32_767).contains(&h.max_sectors_kb),
-            "host.max_sectors_kb",
-            || format!("{} KiB: a request holds 4..=32767 KiB", h.max_sectors_kb),
-        )?;
-        ensure(
-            (4..=32_767).contains(&h.max_hw_sectors_kb) && h.max_hw_sectors_kb >= h.max_sectors_kb,
-            "host.max_hw_sectors_kb",
-            || {
-                format!(
-                    "{} KiB: 4..=32767 KiB and at least max_sectors_kb ({})",
-                    h.max_hw_sectors_kb, h.max_sectors_kb
-                )
-            },
-        )?;
-        ensure(
-            (1..=4096).contains(&h.max_segments),
-            "host.max_segments",
-            || format!("{}: 1..=4096 segments", h.max_segments),
-        )
+        h.check_limits()
     }
 
     fn check_cid(&self) -> Result<(), Problem> {
@@ -1255,7 +1281,7 @@ mod tests {
     #[test]
     fn host_queue_limits_must_fit_a_cmd23_request() {
         let base = DeviceModel::load("msm-emmc45-sdr50").unwrap();
-        type Break = fn(&mut crate::model::HostModel);
+        type Break = fn(&mut crate::model::HostProfile);
         let cases: Vec<(&str, Break)> = vec![
             ("host.max_sectors_kb", |h| h.max_sectors_kb = 0),
             ("host.max_sectors_kb", |h| h.max_sectors_kb = 40_000),

@@ -172,7 +172,9 @@ impl MmcDevice {
     /// The card behind an SDHCI controller configured for `model`'s host. The card is as
     /// the image left it (powered, in idle): the guest's driver brings it up.
     pub fn new(card: Card, model: &DeviceModel) -> MmcDevice {
-        let sdhci_config = SdhciConfig::for_model(&model.host);
+        // The guest's driver is the host: its software time is real, so the controller
+        // charges only the bus and the card (docs/device-models.md, "Host profiles").
+        let sdhci_config = SdhciConfig::for_model(&model.host.controller_only());
         let host = MmcHost::with_config(card, sdhci_config.clone());
         let config = config_for(model, &sdhci_config, host.max_busy_timeout_ms());
         MmcDevice {

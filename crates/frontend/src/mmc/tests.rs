@@ -1392,3 +1392,23 @@ fn the_mmc_trace_replays_with_the_simulators_parser() {
         ]
     );
 }
+
+/// The guest's own driver is the host on this transport, so the host profile's software
+/// time (request overhead: interrupt, set-up, completion of the host that measured the
+/// seed figures) is not charged again in card time: a command takes the card and bus
+/// time alone, whatever the profile says. The blk transport, whose driver this process
+/// models, does charge it (`blk::tests`, `emmc_sim::device` tests).
+#[test]
+fn the_host_profiles_software_time_is_not_charged_to_a_real_driver() {
+    let took = |overhead_ns: u64| {
+        let mut m = model(0);
+        m.host.request_overhead_ns = overhead_ns;
+        m.host.prepare_ns = overhead_ns;
+        let mut rig = Rig::new(m, Pacing::Off);
+        let r = rig.command(0, 0, RESP_NONE);
+        r.end_ns - r.start_ns
+    };
+    let plain = took(0);
+    assert!(plain > 0, "CMD0 takes its bus time");
+    assert_eq!(took(5_000_000), plain);
+}
