@@ -1,5 +1,5 @@
-//! The guest side of the backends' unit tests (`blk/tests.rs`, `mmc/tests.rs`): guest
-//! memory handed to a backend, split virtqueues in it that the test fills as a guest driver
+//! The rig of the backends' unit tests (`blk/tests.rs`, `mmc/tests.rs`): the card model
+//! both serve, guest memory handed to a backend, split virtqueues in it that the test fills as a guest driver
 //! would (descriptor chains, the avail ring) and reads back (the used ring), and the
 //! backend's event handler run over them.
 //!
@@ -11,6 +11,9 @@
 //! What the rig knows of a backend is only the `VhostUserBackend` trait, so both
 //! backends (and a third frontend's) use it as it is.
 
+use emmc_card::model::{ConstantTimingModel, DeviceModel, TimingModel};
+use emmc_card::store::MemStore;
+use emmc_card::Card;
 use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
 use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
 use virtio_queue::mock::MockSplitQueue;
@@ -25,6 +28,24 @@ const F_NEXT: u16 = 1;
 const F_WRITE: u16 = 2;
 /// Size of the guest memory the rigs hand out, from guest address 0.
 pub(crate) const GUEST_MEMORY: u64 = 0x100_0000;
+
+/// generic-emmc45 grown to 4 GiB (sector addressing; sparse in memory), on constant-cost
+/// timing that takes `program_ns` to program a write.
+pub(crate) fn model(program_ns: u64) -> DeviceModel {
+    let mut m = DeviceModel::load("generic-emmc45").unwrap();
+    m.ext_csd.sec_count = 8 << 20; // 4 GiB: sector addressing, sparse in memory
+    m.timing = TimingModel::Constant(ConstantTimingModel {
+        program_command_ns: program_ns,
+        ..Default::default()
+    });
+    m
+}
+
+/// A card of `model` on an in-memory store.
+pub(crate) fn mem_card(model: &DeviceModel) -> Card {
+    let layout = Card::layout_for(model);
+    Card::new(model.clone(), Box::new(MemStore::new(layout))).unwrap()
+}
 
 /// 16 MiB of guest memory at guest address 0, handed to `backend` as a frontend's memory
 /// table would be.

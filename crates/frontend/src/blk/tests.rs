@@ -9,8 +9,8 @@ use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, Guest
 use super::backend::{EmmcBlkBackend, Pacing, DEFAULT_SPIN, DEFAULT_SPIN_MAX, TIMER_EVENT};
 use super::request::*;
 use super::target::{CardTarget, DriverPolicy};
-use crate::testing::{guest_memory, handle_event, GuestQueue};
-use emmc_card::model::{ConstantTimingModel, DeviceModel, TimingModel};
+use crate::testing::{guest_memory, handle_event, mem_card, model, GuestQueue};
+use emmc_card::model::DeviceModel;
 use emmc_card::store::MemStore;
 use emmc_card::timing::Nanos;
 use emmc_card::Card;
@@ -22,25 +22,13 @@ struct Rig {
     queue: GuestQueue,
 }
 
-fn model(program_ns: u64) -> DeviceModel {
-    let mut m = DeviceModel::load("generic-emmc45").unwrap();
-    m.ext_csd.sec_count = 8 << 20; // 4 GiB: sector addressing, sparse in memory
-    m.timing = TimingModel::Constant(ConstantTimingModel {
-        program_command_ns: program_ns,
-        ..Default::default()
-    });
-    m
-}
-
 impl Rig {
     fn new(model: DeviceModel, pacing: Pacing) -> Rig {
         Rig::with_policy(model, pacing, DriverPolicy::default())
     }
 
     fn with_policy(model: DeviceModel, pacing: Pacing, policy: DriverPolicy) -> Rig {
-        let layout = Card::layout_for(&model);
-        let card = Card::new(model.clone(), Box::new(MemStore::new(layout))).unwrap();
-        let target = CardTarget::new(card, &model, &policy).unwrap();
+        let target = CardTarget::new(mem_card(&model), &model, &policy).unwrap();
         let backend = EmmcBlkBackend::new(target, pacing).unwrap();
         let mem = guest_memory(&backend);
         let queue = GuestQueue::new(&mem, 0x10000);

@@ -14,11 +14,12 @@ use super::device::{MmcDevice, CARD_TIME_LIMIT};
 use super::proto::*;
 use super::request::{CTRL_REQ_LEN, CTRL_RESP_LEN, EVENT_LEN, HDR_LEN, RESP_LEN};
 use crate::pacing::Pacing;
-use crate::testing::{guest_memory, handle_event, GuestQueue, GUEST_MEMORY, QUEUE_LEN};
+use crate::testing::{
+    self, guest_memory, handle_event, mem_card, GuestQueue, GUEST_MEMORY, QUEUE_LEN,
+};
 use emmc_card::ext_csd as ext;
-use emmc_card::model::{ConstantTimingModel, DeviceModel, TimingModel};
-use emmc_card::store::MemStore;
-use emmc_card::{r1, Card, CardState};
+use emmc_card::model::DeviceModel;
+use emmc_card::{r1, CardState};
 use emmc_host::sdhci::{error_int, normal_int};
 
 const RCA: u32 = 1 << 16;
@@ -34,14 +35,10 @@ struct Rig {
     next_buf: u64,
 }
 
+/// The rigs' card, with BKOPS levels the event tests reach with a few ms of work.
 fn model(program_ns: u64) -> DeviceModel {
-    let mut m = DeviceModel::load("generic-emmc45").unwrap();
-    m.ext_csd.sec_count = 8 << 20; // 4 GiB: sector addressing, sparse in memory
-    m.timing = TimingModel::Constant(ConstantTimingModel {
-        program_command_ns: program_ns,
-        bkops_level_ns: [1_000_000, 2_000_000, 1_000_000_000_000],
-        ..Default::default()
-    });
+    let mut m = testing::model(program_ns);
+    m.timing.constant_mut().bkops_level_ns = [1_000_000, 2_000_000, 1_000_000_000_000];
     m
 }
 
@@ -68,9 +65,8 @@ fn hdr(c: VirtioMmcCmd) -> VirtioMmcReqHdr {
 
 impl Rig {
     fn new(model: DeviceModel, pacing: Pacing) -> Rig {
-        let layout = Card::layout_for(&model);
-        let card = Card::new(model.clone(), Box::new(MemStore::new(layout))).unwrap();
-        let backend = EmmcMmcBackend::new(MmcDevice::new(card, &model), pacing).unwrap();
+        let backend =
+            EmmcMmcBackend::new(MmcDevice::new(mem_card(&model), &model), pacing).unwrap();
         let mem = guest_memory(&backend);
         let rings = (0..NUM_QUEUES as u64)
             .map(|q| GuestQueue::new(&mem, 0x10000 * (q + 1)))
