@@ -1,7 +1,7 @@
 //! The rig of the backends' unit tests (`blk/tests.rs`, `mmc/tests.rs`): the card model
-//! both serve, guest memory handed to a backend, split virtqueues in it that the test fills as a guest driver
-//! would (descriptor chains, the avail ring) and reads back (the used ring), and the
-//! backend's event handler run over them.
+//! both serve, guest memory handed to a backend, split virtqueues in it that the test
+//! fills as a guest driver would (descriptor chains, the avail ring) and reads back (the
+//! used ring), and the backend's event handler run over them.
 //!
 //! It lives here, as a `#[cfg(test)]` module of emmc-frontend, rather than in the
 //! `emmc-test-support` crate: its only users are this crate's own unit tests, which could
