@@ -7,25 +7,31 @@
 use std::collections::BTreeSet;
 use std::process::Command;
 
-/// Every package `cargo tree -p crate` reaches through normal (linked) dependencies.
-fn linked(krate: &str) -> BTreeSet<String> {
+/// The packages `cargo tree <args>` lists through normal (linked) dependencies.
+fn tree(args: &[&str]) -> BTreeSet<String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
         .args(["tree", "--offline", "-e", "normal", "--prefix", "none"])
-        .args(["--format", "{p}", "-p", krate])
+        .args(["--format", "{p}"])
+        .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("cargo tree runs");
     assert!(
         out.status.success(),
-        "cargo tree -p {krate}: {}",
+        "cargo tree {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let names: BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
+    String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| l.split_whitespace().next())
         .map(str::to_string)
-        .collect();
+        .collect()
+}
+
+/// Every package `cargo tree -p crate` reaches through normal (linked) dependencies.
+fn linked(krate: &str) -> BTreeSet<String> {
+    let names = tree(&["-p", krate]);
     assert!(names.contains(krate), "cargo tree -p {krate} lists {krate}");
     names
 }
@@ -95,6 +101,30 @@ fn the_frontends_link_no_simulator_plotting_or_terminal_crates() {
             "plotters",
             "indicatif",
             "ttf-noto-sans",
+        ],
+    );
+}
+
+/// The shared test rigs are a dev-dependency only: no member of the workspace links them,
+/// and they link none of our crates, so what a test checks with them (an RPMB MAC, say)
+/// never comes from the code under test.
+#[test]
+fn the_test_support_crate_is_dev_only_and_independent_of_the_code_it_checks() {
+    let dependents = tree(&["--workspace", "-i", "emmc-test-support"]);
+    assert_eq!(
+        dependents.into_iter().collect::<Vec<_>>(),
+        ["emmc-test-support"],
+        "a crate links emmc-test-support outside [dev-dependencies]"
+    );
+    check(
+        "emmc-test-support",
+        &["hmac", "sha2"],
+        &[
+            "emmc-card",
+            "emmc-host",
+            "emmc-sim",
+            "emmc-frontend",
+            "vhost-user-emmc",
         ],
     );
 }

@@ -2,10 +2,11 @@
 //! and every request and response travels as 512-byte frames through CMD23 + CMD25 and
 //! CMD23 + CMD18 (facts §11.3–§11.5).
 //!
-//! Frames are built and taken apart here with the fact sheet's offsets (§11.3), and MACs
-//! are computed with the `hmac` and `sha2` crates over the bytes as they came off the
-//! bus, so neither the card's frame codec nor its MAC helper is trusted by these tests.
-//! `public_codec_agrees_with_the_fact_sheet_layout` checks the public codec separately.
+//! Frames are built and taken apart with `emmc_test_support::rpmb`, at the fact sheet's
+//! offsets (§11.3), and MACs are computed there with the `hmac` and `sha2` crates over the
+//! bytes as they came off the bus, so neither the card's frame codec nor its MAC helper is
+//! trusted by these tests. `public_codec_agrees_with_the_fact_sheet_layout` checks the
+//! public codec separately.
 
 mod common;
 
@@ -13,40 +14,7 @@ use common::Host;
 use emmc_card::rpmb::{self, RpmbFrame};
 use emmc_card::store::ImageStore;
 use emmc_card::{r1, Card, CardState, Partition, PowerDown};
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
-
-// ---- frame layout (facts §11.3: offsets from the first byte sent; fields big-endian)
-
-const FRAME: usize = 512;
-const KEY_MAC: usize = 196;
-const DATA: usize = 228;
-const NONCE: usize = 484;
-const COUNTER: usize = 500;
-const ADDRESS: usize = 504;
-const BLOCK_COUNT: usize = 506;
-const RESULT: usize = 508;
-const REQ_RESP: usize = 510;
-
-// ---- codes (facts §11.4)
-
-const REQ_KEY: u16 = 0x0001;
-const REQ_COUNTER: u16 = 0x0002;
-const REQ_WRITE: u16 = 0x0003;
-const REQ_READ: u16 = 0x0004;
-const REQ_RESULT: u16 = 0x0005;
-const RESP_KEY: u16 = 0x0100;
-const RESP_COUNTER: u16 = 0x0200;
-const RESP_WRITE: u16 = 0x0300;
-const RESP_READ: u16 = 0x0400;
-
-const OK: u16 = 0x00;
-const GENERAL_FAILURE: u16 = 0x01;
-const AUTH_FAILURE: u16 = 0x02;
-const COUNTER_FAILURE: u16 = 0x03;
-const ADDRESS_FAILURE: u16 = 0x04;
-const WRITE_FAILURE: u16 = 0x05;
-const KEY_NOT_PROGRAMMED: u16 = 0x07;
+use emmc_test_support::rpmb::*;
 
 /// CMD23 bit 31: reliable write (facts §1b), which RPMB writes carry.
 const REL: u32 = 1 << 31;
@@ -55,95 +23,6 @@ const TRAN: u32 = 0x0000_0900;
 
 const KEY: [u8; 32] = *b"an RPMB key for the bus tests..!";
 const OTHER_KEY: [u8; 32] = [0xA5; 32];
-
-/// One frame as raw bytes.
-#[derive(Clone)]
-struct Frame([u8; FRAME]);
-
-impl Frame {
-    fn request(req: u16) -> Frame {
-        let mut f = Frame([0; FRAME]);
-        f.put16(REQ_RESP, req);
-        f
-    }
-    fn put16(&mut self, at: usize, v: u16) {
-        self.0[at..at + 2].copy_from_slice(&v.to_be_bytes());
-    }
-    fn get16(&self, at: usize) -> u16 {
-        u16::from_be_bytes([self.0[at], self.0[at + 1]])
-    }
-    fn with_key(mut self, key: &[u8; 32]) -> Frame {
-        self.0[KEY_MAC..DATA].copy_from_slice(key);
-        self
-    }
-    fn with_nonce(mut self, nonce: &[u8; 16]) -> Frame {
-        self.0[NONCE..COUNTER].copy_from_slice(nonce);
-        self
-    }
-    fn with_counter(mut self, counter: u32) -> Frame {
-        self.0[COUNTER..ADDRESS].copy_from_slice(&counter.to_be_bytes());
-        self
-    }
-    fn with_address(mut self, address: u16) -> Frame {
-        self.put16(ADDRESS, address);
-        self
-    }
-    fn with_block_count(mut self, n: u16) -> Frame {
-        self.put16(BLOCK_COUNT, n);
-        self
-    }
-    fn with_data(mut self, data: &[u8; 256]) -> Frame {
-        self.0[DATA..NONCE].copy_from_slice(data);
-        self
-    }
-    fn mac(&self) -> [u8; 32] {
-        self.0[KEY_MAC..DATA].try_into().unwrap()
-    }
-    fn data(&self) -> &[u8] {
-        &self.0[DATA..NONCE]
-    }
-    fn nonce(&self) -> [u8; 16] {
-        self.0[NONCE..COUNTER].try_into().unwrap()
-    }
-    fn counter(&self) -> u32 {
-        u32::from_be_bytes(self.0[COUNTER..ADDRESS].try_into().unwrap())
-    }
-    fn address(&self) -> u16 {
-        self.get16(ADDRESS)
-    }
-    fn block_count(&self) -> u16 {
-        self.get16(BLOCK_COUNT)
-    }
-    fn result(&self) -> u16 {
-        self.get16(RESULT)
-    }
-    fn resp(&self) -> u16 {
-        self.get16(REQ_RESP)
-    }
-}
-
-/// HMAC-SHA256 over bytes 228..512 of each frame, in order (facts §11.3).
-fn mac_over(key: &[u8; 32], frames: &[Frame]) -> [u8; 32] {
-    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key).unwrap();
-    for f in frames {
-        m.update(&f.0[DATA..]);
-    }
-    m.finalize().into_bytes().into()
-}
-
-/// Put the MAC of all frames into the last one.
-fn sign(key: &[u8; 32], frames: &mut [Frame]) {
-    let mac = mac_over(key, frames);
-    frames.last_mut().unwrap().0[KEY_MAC..DATA].copy_from_slice(&mac);
-}
-
-fn assert_mac(key: &[u8; 32], frames: &[Frame], what: &str) {
-    assert_eq!(
-        frames.last().unwrap().mac(),
-        mac_over(key, frames),
-        "{what}: MAC does not verify"
-    );
-}
 
 fn half(tag: u8) -> [u8; 256] {
     std::array::from_fn(|i| tag ^ (i as u8).wrapping_mul(13))

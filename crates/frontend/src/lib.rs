@@ -18,3 +18,6 @@ pub mod mmc;
 pub mod pacing;
 pub mod serve;
 pub mod trace;
+
+#[cfg(test)]
+mod testing;

@@ -32,3 +32,6 @@ pub mod packing;
 pub mod policy;
 pub mod sdhci;
 pub mod trace;
+
+#[cfg(test)]
+mod testing;

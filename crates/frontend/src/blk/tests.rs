@@ -3,46 +3,23 @@
 
 use std::time::{Duration, Instant};
 
-use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
-use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
-use virtio_queue::mock::MockSplitQueue;
+use vhost_user_backend::VhostUserBackend;
 use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
-use vmm_sys_util::epoll::EventSet;
 
 use super::backend::{EmmcBlkBackend, Pacing, DEFAULT_SPIN, DEFAULT_SPIN_MAX, TIMER_EVENT};
 use super::request::*;
 use super::target::{CardTarget, DriverPolicy};
-use emmc_card::model::{ConstantTimingModel, DeviceModel, TimingModel};
+use crate::testing::{guest_memory, handle_event, mem_card, model, GuestQueue};
+use emmc_card::model::DeviceModel;
 use emmc_card::store::MemStore;
 use emmc_card::timing::Nanos;
 use emmc_card::Card;
 
-const F_WRITE: u16 = 2;
-const F_NEXT: u16 = 1;
-const QUEUE_LEN: u16 = 64;
-
 struct Rig {
     backend: EmmcBlkBackend,
     mem: GuestMemoryAtomic<GuestMemoryMmap>,
-    vring: VringRwLock,
-    /// Where the mock queue put the descriptor table and the rings.
-    desc_table: u64,
-    avail: u64,
-    used_ring: u64,
-    /// Next free descriptor index and next avail slot.
-    next_desc: u16,
-    next_avail: u16,
-    seen_used: u16,
-}
-
-fn model(program_ns: u64) -> DeviceModel {
-    let mut m = DeviceModel::load("generic-emmc45").unwrap();
-    m.ext_csd.sec_count = 8 << 20; // 4 GiB: sector addressing, sparse in memory
-    m.timing = TimingModel::Constant(ConstantTimingModel {
-        program_command_ns: program_ns,
-        ..Default::default()
-    });
-    m
+    /// The request queue, its structures at 0x10000.
+    queue: GuestQueue,
 }
 
 impl Rig {
@@ -51,101 +28,47 @@ impl Rig {
     }
 
     fn with_policy(model: DeviceModel, pacing: Pacing, policy: DriverPolicy) -> Rig {
-        let layout = Card::layout_for(&model);
-        let card = Card::new(model.clone(), Box::new(MemStore::new(layout))).unwrap();
-        let target = CardTarget::new(card, &model, &policy).unwrap();
+        let target = CardTarget::new(mem_card(&model), &model, &policy).unwrap();
         let backend = EmmcBlkBackend::new(target, pacing).unwrap();
-        let guest = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x100_0000)]).unwrap();
-        let mem = GuestMemoryAtomic::new(guest);
-        backend.update_memory(mem.clone()).unwrap();
-        // The queue structures live at 0x10000 (descriptor table, avail, used).
-        let guard = mem.memory();
-        let q = MockSplitQueue::create(&*guard, GuestAddress(0x10000), QUEUE_LEN);
-        let vring = VringRwLock::new(mem.clone(), QUEUE_LEN).unwrap();
-        vring.set_queue_size(QUEUE_LEN);
-        vring
-            .set_queue_info(q.desc_table_addr().0, q.avail_addr().0, q.used_addr().0)
-            .unwrap();
-        vring.set_queue_ready(true);
-        vring.set_enabled(true);
-        let (desc_table, avail, used_ring) =
-            (q.desc_table_addr().0, q.avail_addr().0, q.used_addr().0);
-        drop(q);
-        drop(guard);
+        let mem = guest_memory(&backend);
+        let queue = GuestQueue::new(&mem, 0x10000);
         Rig {
             backend,
             mem,
-            vring,
-            desc_table,
-            avail,
-            used_ring,
-            next_desc: 0,
-            next_avail: 0,
-            seen_used: 0,
+            queue,
         }
     }
 
     /// Put a chain of (addr, len, writable) descriptors on the queue.
     fn push(&mut self, descs: &[(u64, u32, bool)]) {
-        self.stage(descs);
-        self.publish();
+        self.queue.push(descs);
     }
 
     /// Write a chain and its avail slot, but not yet the avail index.
     fn stage(&mut self, descs: &[(u64, u32, bool)]) {
-        let m = self.mem.memory();
-        let head = self.next_desc;
-        for (i, &(addr, len, w)) in descs.iter().enumerate() {
-            let idx = self.next_desc;
-            self.next_desc = (self.next_desc + 1) % QUEUE_LEN;
-            let last = i + 1 == descs.len();
-            let flags = if w { F_WRITE } else { 0 } | if last { 0 } else { F_NEXT };
-            let d = RawDescriptor::from(SplitDescriptor::new(addr, len, flags, self.next_desc));
-            m.write_obj(d, GuestAddress(self.desc_table + 16 * u64::from(idx)))
-                .unwrap();
-        }
-        let slot = self.avail + 4 + 2 * u64::from(self.next_avail % QUEUE_LEN);
-        m.write_obj(u16::to_le(head), GuestAddress(slot)).unwrap();
-        self.next_avail = self.next_avail.wrapping_add(1);
+        self.queue.stage(descs);
     }
 
     /// Make the staged chains available (what the driver does before kicking).
     fn publish(&self) {
-        let m = self.mem.memory();
-        m.write_obj(u16::to_le(self.next_avail), GuestAddress(self.avail + 2))
-            .unwrap();
+        self.queue.publish();
     }
 
     fn kick(&self) {
-        self.backend
-            .handle_event(0, EventSet::IN, std::slice::from_ref(&self.vring), 0)
-            .unwrap();
+        handle_event(&self.backend, 0, std::slice::from_ref(&self.queue.vring));
     }
 
     fn tick(&self) {
-        self.backend
-            .handle_event(
-                TIMER_EVENT,
-                EventSet::IN,
-                std::slice::from_ref(&self.vring),
-                0,
-            )
-            .unwrap();
+        handle_event(
+            &self.backend,
+            TIMER_EVENT,
+            std::slice::from_ref(&self.queue.vring),
+        );
     }
 
     /// Used-ring entries added since the last call: (id, len).
     fn used(&mut self) -> Vec<(u32, u32)> {
-        let m = self.mem.memory();
-        let idx = u16::from_le(m.read_obj::<u16>(GuestAddress(self.used_ring + 2)).unwrap());
-        let mut out = Vec::new();
-        while self.seen_used != idx {
-            let at = self.used_ring + 4 + 8 * u64::from(self.seen_used % QUEUE_LEN);
-            let id = u32::from_le(m.read_obj::<u32>(GuestAddress(at)).unwrap());
-            let len = u32::from_le(m.read_obj::<u32>(GuestAddress(at + 4)).unwrap());
-            out.push((id, len));
-            self.seen_used = self.seen_used.wrapping_add(1);
-        }
-        out
+        self.queue.used()
     }
 
     fn write_header(&self, at: u64, kind: u32, sector: u64) {
@@ -508,7 +431,7 @@ fn an_idle_backend_polls_the_ring_for_the_next_request_within_its_window() {
     rig.write_header(HDR, VIRTIO_BLK_T_FLUSH, 0);
     rig.stage(&[(HDR, 16, false), (STATUS, 1, true)]);
     // The driver publishes the request 5 ms from now and never kicks.
-    let (mem, avail, idx) = (rig.mem.clone(), rig.avail, rig.next_avail);
+    let (mem, avail, idx) = (rig.mem.clone(), rig.queue.avail, rig.queue.next_avail);
     let publisher = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(5));
         mem.memory()

@@ -5,58 +5,40 @@
 use std::time::{Duration, Instant};
 
 use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
-use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
-use virtio_queue::mock::MockSplitQueue;
 use vm_memory::{
     ByteValued, Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap,
 };
-use vmm_sys_util::epoll::EventSet;
 
 use super::backend::{EmmcMmcBackend, TIMER_EVENT};
 use super::device::{MmcDevice, CARD_TIME_LIMIT};
 use super::proto::*;
 use super::request::{CTRL_REQ_LEN, CTRL_RESP_LEN, EVENT_LEN, HDR_LEN, RESP_LEN};
 use crate::pacing::Pacing;
+use crate::testing::{
+    self, guest_memory, handle_event, mem_card, GuestQueue, GUEST_MEMORY, QUEUE_LEN,
+};
 use emmc_card::ext_csd as ext;
-use emmc_card::model::{ConstantTimingModel, DeviceModel, TimingModel};
-use emmc_card::store::MemStore;
-use emmc_card::{r1, Card, CardState};
+use emmc_card::model::DeviceModel;
+use emmc_card::{r1, CardState};
 use emmc_host::sdhci::{error_int, normal_int};
 
-const F_WRITE: u16 = 2;
-const F_NEXT: u16 = 1;
-const QUEUE_LEN: u16 = 64;
 const RCA: u32 = 1 << 16;
 /// Linux's CMD1 argument.
 const HOST_OCR: u32 = 0x40FF_8080;
 
-/// One split queue the test drives as a guest driver would.
-struct Ring {
-    vring: VringRwLock,
-    desc_table: u64,
-    avail: u64,
-    used_ring: u64,
-    next_desc: u16,
-    next_avail: u16,
-    seen_used: u16,
-}
-
 struct Rig {
     backend: EmmcMmcBackend,
     mem: GuestMemoryAtomic<GuestMemoryMmap>,
-    rings: Vec<Ring>,
+    /// One per virtqueue, queue `q`'s structures at 0x10000 × (q + 1).
+    rings: Vec<GuestQueue>,
     /// Guest memory handed out for headers, data and responses.
     next_buf: u64,
 }
 
+/// The rigs' card, with BKOPS levels the event tests reach with a few ms of work.
 fn model(program_ns: u64) -> DeviceModel {
-    let mut m = DeviceModel::load("generic-emmc45").unwrap();
-    m.ext_csd.sec_count = 8 << 20; // 4 GiB: sector addressing, sparse in memory
-    m.timing = TimingModel::Constant(ConstantTimingModel {
-        program_command_ns: program_ns,
-        bkops_level_ns: [1_000_000, 2_000_000, 1_000_000_000_000],
-        ..Default::default()
-    });
+    let mut m = testing::model(program_ns);
+    m.timing.constant_mut().bkops_level_ns = [1_000_000, 2_000_000, 1_000_000_000_000];
     m
 }
 
@@ -83,33 +65,12 @@ fn hdr(c: VirtioMmcCmd) -> VirtioMmcReqHdr {
 
 impl Rig {
     fn new(model: DeviceModel, pacing: Pacing) -> Rig {
-        let layout = Card::layout_for(&model);
-        let card = Card::new(model.clone(), Box::new(MemStore::new(layout))).unwrap();
-        let backend = EmmcMmcBackend::new(MmcDevice::new(card, &model), pacing).unwrap();
-        let guest = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x100_0000)]).unwrap();
-        let mem = GuestMemoryAtomic::new(guest);
-        backend.update_memory(mem.clone()).unwrap();
-        let mut rings = Vec::new();
-        for q in 0..NUM_QUEUES as u64 {
-            let guard = mem.memory();
-            let mq = MockSplitQueue::create(&*guard, GuestAddress(0x10000 * (q + 1)), QUEUE_LEN);
-            let vring = VringRwLock::new(mem.clone(), QUEUE_LEN).unwrap();
-            vring.set_queue_size(QUEUE_LEN);
-            vring
-                .set_queue_info(mq.desc_table_addr().0, mq.avail_addr().0, mq.used_addr().0)
-                .unwrap();
-            vring.set_queue_ready(true);
-            vring.set_enabled(true);
-            rings.push(Ring {
-                vring,
-                desc_table: mq.desc_table_addr().0,
-                avail: mq.avail_addr().0,
-                used_ring: mq.used_addr().0,
-                next_desc: 0,
-                next_avail: 0,
-                seen_used: 0,
-            });
-        }
+        let backend =
+            EmmcMmcBackend::new(MmcDevice::new(mem_card(&model), &model), pacing).unwrap();
+        let mem = guest_memory(&backend);
+        let rings = (0..NUM_QUEUES as u64)
+            .map(|q| GuestQueue::new(&mem, 0x10000 * (q + 1)))
+            .collect();
         Rig {
             backend,
             mem,
@@ -131,7 +92,7 @@ impl Rig {
     fn alloc(&mut self, len: u64) -> u64 {
         let at = self.next_buf;
         self.next_buf = (self.next_buf + len + 7) & !7;
-        assert!(self.next_buf < 0x100_0000, "test guest memory exhausted");
+        assert!(self.next_buf < GUEST_MEMORY, "test guest memory exhausted");
         at
     }
 
@@ -141,52 +102,20 @@ impl Rig {
 
     /// Put a chain of (addr, len, writable) descriptors on queue `q` and publish it.
     fn push(&mut self, q: usize, descs: &[(u64, u32, bool)]) -> u16 {
-        let m = self.mem.memory();
-        let r = &mut self.rings[q];
-        let head = r.next_desc;
-        for (i, &(addr, len, w)) in descs.iter().enumerate() {
-            let idx = r.next_desc;
-            r.next_desc = (r.next_desc + 1) % QUEUE_LEN;
-            let last = i + 1 == descs.len();
-            let flags = if w { F_WRITE } else { 0 } | if last { 0 } else { F_NEXT };
-            let d = RawDescriptor::from(SplitDescriptor::new(addr, len, flags, r.next_desc));
-            m.write_obj(d, GuestAddress(r.desc_table + 16 * u64::from(idx)))
-                .unwrap();
-        }
-        let slot = r.avail + 4 + 2 * u64::from(r.next_avail % QUEUE_LEN);
-        m.write_obj(u16::to_le(head), GuestAddress(slot)).unwrap();
-        r.next_avail = r.next_avail.wrapping_add(1);
-        m.write_obj(u16::to_le(r.next_avail), GuestAddress(r.avail + 2))
-            .unwrap();
-        head
+        self.rings[q].push(descs)
     }
 
     fn kick(&self, q: u16) {
-        self.backend
-            .handle_event(q, EventSet::IN, &self.vrings(), 0)
-            .unwrap();
+        handle_event(&self.backend, q, &self.vrings());
     }
 
     fn tick(&self) {
-        self.backend
-            .handle_event(TIMER_EVENT, EventSet::IN, &self.vrings(), 0)
-            .unwrap();
+        handle_event(&self.backend, TIMER_EVENT, &self.vrings());
     }
 
     /// Used-ring entries of queue `q` added since the last call: (id, len).
     fn used(&mut self, q: usize) -> Vec<(u32, u32)> {
-        let m = self.mem.memory();
-        let r = &mut self.rings[q];
-        let idx = u16::from_le(m.read_obj::<u16>(GuestAddress(r.used_ring + 2)).unwrap());
-        let mut out = Vec::new();
-        while r.seen_used != idx {
-            let at = r.used_ring + 4 + 8 * u64::from(r.seen_used % QUEUE_LEN);
-            let id = u32::from_le(m.read_obj::<u32>(GuestAddress(at)).unwrap());
-            let len = u32::from_le(m.read_obj::<u32>(GuestAddress(at + 4)).unwrap());
-            out.push((id, len));
-            r.seen_used = r.seen_used.wrapping_add(1);
-        }
-        out
+        self.rings[q].used()
     }
 
     fn put<T: ByteValued>(&mut self, obj: T) -> u64 {

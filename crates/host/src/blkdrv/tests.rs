@@ -5,6 +5,7 @@ use super::*;
 use crate::iosched::{CfqTunables, Elevator};
 use crate::mmc::MmcHost;
 use crate::sdhci::{CommandOutcome, DmaSegment, IntStatus, MmcIos, SdhciConfig};
+use crate::testing::drain;
 use emmc_card::model::DeviceModel;
 use emmc_card::store::{MemStore, NullStore};
 use emmc_card::Card;
@@ -153,19 +154,6 @@ fn recorded(m: &DeviceModel, cfg: BlkConfig) -> MmcBlk<Recorder> {
     let mut d = MmcBlk::probe(host, cfg).unwrap();
     d.host_mut().clear();
     d
-}
-
-/// Run until nothing is left, collecting completions.
-fn drain<H: MmcHostOps, D: BlkData>(d: &mut MmcBlk<H, D>) -> Vec<BlkCompletion> {
-    let mut all = Vec::new();
-    for _ in 0..100_000 {
-        let s = d.advance(Nanos::MAX);
-        all.extend(d.take_completions());
-        if s == Advance::Idle {
-            return all;
-        }
-    }
-    panic!("the driver never went idle");
 }
 
 fn req(id: u64, op: BlkOp, lba: u64, sectors: u32) -> BlkRequest {

@@ -2,7 +2,7 @@
 //! block driver on top. Every effect is checked the way a driver would observe it.
 
 use super::*;
-use crate::blkdrv::{Advance, BkopsPolicy, BlkCompletion, BlkConfig, BlkError, HpiPolicy, MmcBlk};
+use crate::blkdrv::{Advance, BkopsPolicy, BlkConfig, BlkError, HpiPolicy, MmcBlk};
 use crate::iosched::Elevator;
 use crate::mmc::{HostCaps, MmcError, MmcHost, MMC_RCA};
 use crate::packing::{BlkOp, BlkRequest, PackingMode};
@@ -10,6 +10,7 @@ use crate::sdhci::{
     error_int, MmcCommand, MmcData, MmcRequest, ResponseType, SdhciCompletion, SdhciConfig,
     SdhciError,
 };
+use crate::testing::drain;
 use emmc_card::model::DeviceModel;
 use emmc_card::store::{MemStore, NullStore};
 use emmc_card::timing::Nanos;
@@ -91,18 +92,6 @@ fn quiet(m: &DeviceModel) -> BlkConfig {
         elevator: Elevator::Noop,
         ..BlkConfig::for_model(&m.host)
     }
-}
-
-fn drain(d: &mut MmcBlk<MmcHost>) -> Vec<BlkCompletion> {
-    let mut all = Vec::new();
-    for _ in 0..100_000 {
-        let s = d.advance(Nanos::MAX);
-        all.extend(d.take_completions());
-        if s == Advance::Idle {
-            return all;
-        }
-    }
-    panic!("the driver never went idle");
 }
 
 fn req(id: u64, op: BlkOp, lba: u64, sectors: u32) -> BlkRequest {

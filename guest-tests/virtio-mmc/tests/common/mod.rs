@@ -14,8 +14,10 @@ use emmc_host::iosched::Elevator;
 use emmc_host::mmc::{mmc_init_card, r1_state, MmcCard, MmcHostOps};
 use emmc_host::packing::{BlkOp, PackingMode};
 use emmc_host::sdhci::PowerMode;
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
+use emmc_test_support::rpmb::{
+    be16, frame, mac_over as mac, ADDRESS, BLOCK_COUNT, COUNTER, DATA, KEY_MAC, NONCE, REQ_RESP,
+    RESULT,
+};
 use virtio_mmc_driver::host::UNTOUCHED;
 use virtio_mmc_driver::{RawData, RawDesc, RawResponse, Transport, VirtioMmcBlk, VirtioMmcHost};
 use vm_memory::ByteValued;
@@ -472,34 +474,8 @@ pub fn hpi_by_the_driver<T: Transport>(h: VirtioMmcHost<T>, m: &DeviceModel) {
     assert!(back == w, "the interrupted write landed whole");
 }
 
-// ---- RPMB (facts §11.3–§11.5; frames as in crates/card/tests/card_rpmb.rs) --------------------------
-
-const KEY_MAC: usize = 196;
-const DATA: usize = 228;
-const NONCE: usize = 484;
-const COUNTER: usize = 500;
-const ADDRESS: usize = 504;
-const BLOCK_COUNT: usize = 506;
-const RESULT: usize = 508;
-const REQ_RESP: usize = 510;
-
-fn frame(req: u16) -> [u8; 512] {
-    let mut f = [0u8; 512];
-    f[REQ_RESP..].copy_from_slice(&req.to_be_bytes());
-    f
-}
-
-fn be16(f: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([f[at], f[at + 1]])
-}
-
-fn mac(key: &[u8; 32], frames: &[&[u8]]) -> [u8; 32] {
-    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key).unwrap();
-    for f in frames {
-        m.update(&f[DATA..512]);
-    }
-    m.finalize().into_bytes().into()
-}
+// ---- RPMB (facts §11.3–§11.5; frames and MACs from emmc_test_support::rpmb, as in
+// crates/card/tests/card_rpmb.rs) ----------------------------------------------------------
 
 fn rpmb_send<T: Transport>(h: &mut VirtioMmcHost<T>, frames: &[u8], rel: bool) {
     let r = write_blocks(h, 0, frames, if rel { 1 << 31 } else { 0 });
