@@ -1,7 +1,7 @@
 //! The flash timing model seen through the host: the card reports the model's background
 //! debt in BKOPS_STATUS and URGENT_BKOPS, and a BKOPS the host starts works it off.
 
-use emmc_card::model::{DeviceModel, FlashTimingModel, TimingModel};
+use emmc_card::model::DeviceModel;
 use emmc_card::store::NullStore;
 use emmc_card::{ext_csd as x, Card, Partition};
 use emmc_host::mmc::{HostCaps, MmcHost};
@@ -10,20 +10,13 @@ fn model(name: &str) -> DeviceModel {
     DeviceModel::load(name).unwrap()
 }
 
-fn flash_mut(m: &mut DeviceModel) -> &mut FlashTimingModel {
-    match &mut m.timing {
-        TimingModel::Flash(f) => f,
-        TimingModel::Constant(_) => panic!("not a flash model"),
-    }
-}
-
 /// The card asks the model for its debt: BKOPS_STATUS and URGENT_BKOPS follow it, and a
 /// host-started BKOPS works it off in card time.
 #[test]
 fn card_reports_the_models_debt_and_manual_bkops_works_it_off() {
     let mut m = model("sandisk-sem32g");
     {
-        let f = flash_mut(&mut m);
+        let f = m.timing.flash_mut();
         f.bkops.level_ns = [100_000_000, 500_000_000, 0];
     }
     let card = Card::new(m.clone(), Box::new(NullStore::new(Card::layout_for(&m)))).unwrap();

@@ -43,6 +43,15 @@ impl TimingModel {
         }
     }
 
+    /// The flash parameters, for tests and tools that change one. A constant-cost model has
+    /// none to change: asking for them is a mistake of the caller, and panics.
+    pub fn flash_mut(&mut self) -> &mut FlashTimingModel {
+        match self {
+            TimingModel::Flash(f) => f,
+            TimingModel::Constant(_) => panic!("not a flash timing model"),
+        }
+    }
+
     /// The constant-cost parameters, switching the model to constant-cost timing first if
     /// it was a flash model (for tests and tools that set costs directly).
     pub fn constant_mut(&mut self) -> &mut ConstantTimingModel {

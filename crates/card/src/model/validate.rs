@@ -1205,13 +1205,6 @@ mod tests {
         DeviceModel::load("toshiba-mmc32g").unwrap()
     }
 
-    fn flash(m: &mut DeviceModel) -> &mut FlashTimingModel {
-        match &mut m.timing {
-            TimingModel::Flash(f) => f,
-            TimingModel::Constant(_) => panic!("not a flash model"),
-        }
-    }
-
     #[test]
     fn flash_timing_rules_name_their_field() {
         toshiba().validate().unwrap();
@@ -1254,16 +1247,17 @@ mod tests {
         ];
         for (field, break_it) in cases {
             let mut m = toshiba();
-            break_it(flash(&mut m));
+            break_it(m.timing.flash_mut());
             rejects(&m, field);
         }
         let mut m = toshiba();
-        let b = flash(&mut m).ftl.buffer_a.as_mut().unwrap();
+        let b = m.timing.flash_mut().ftl.buffer_a.as_mut().unwrap();
         b.rule = BufferARule::RunLength;
         b.run_limit_bytes = 1000;
         rejects(&m, "timing.ftl.buffer_a.run_limit_bytes");
         let mut m = DeviceModel::load("sandisk-sem32g").unwrap();
-        flash(&mut m)
+        m.timing
+            .flash_mut()
             .ftl
             .slc_cache
             .as_mut()
@@ -1271,7 +1265,7 @@ mod tests {
             .max_write_bytes = 100;
         rejects(&m, "timing.ftl.slc_cache.max_write_bytes");
         let mut m = toshiba();
-        flash(&mut m).ftl.special_region = Some(crate::model::SpecialRegionModel {
+        m.timing.flash_mut().ftl.special_region = Some(crate::model::SpecialRegionModel {
             offset_bytes: m.user_bytes() - 512,
             length_bytes: 1024,
         });

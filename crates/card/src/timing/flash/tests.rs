@@ -1,16 +1,9 @@
 use super::*;
-use crate::model::{builtin_model_names, TimingModel};
+use crate::model::builtin_model_names;
 use crate::timing::EraseKind;
 
 fn model(name: &str) -> DeviceModel {
     DeviceModel::load(name).unwrap()
-}
-
-fn flash_mut(m: &mut DeviceModel) -> &mut FlashTimingModel {
-    match &mut m.timing {
-        TimingModel::Flash(f) => f,
-        TimingModel::Constant(_) => panic!("not a flash model"),
-    }
 }
 
 fn program(t: &mut FlashTiming, sector: u64, count: u32, target: ProgramTarget) -> Nanos {
@@ -104,7 +97,7 @@ fn boot_and_rpmb_writes_use_the_system_area_not_the_aus() {
 #[test]
 fn erase_durations_stay_within_the_advertised_timeouts() {
     let mut m = model("toshiba-mmc32g");
-    flash_mut(&mut m).nand.erase_block_ns = 10_000_000_000; // a 10 s erase
+    m.timing.flash_mut().nand.erase_block_ns = 10_000_000_000; // a 10 s erase
     let mut t = FlashTiming::new(&m).unwrap();
     let user = t.user_start;
     for s in (0..8192u64 * 4).step_by(1024) {
@@ -164,7 +157,7 @@ fn trimming_before_rewriting_saves_the_collection() {
 fn critical_debt_makes_the_next_write_collect_in_the_foreground() {
     let mut m = model("sandisk-sem32g");
     let fold = {
-        let f = flash_mut(&mut m);
+        let f = m.timing.flash_mut();
         f.bkops.level_ns = [300_000_000, 600_000_000, 1_000_000_000];
         f.bkops.foreground_target_ns = 600_000_000;
         f.ftl.slc_cache.as_mut().unwrap().capacity_bytes = 1 << 30;
@@ -197,7 +190,7 @@ fn critical_debt_makes_the_next_write_collect_in_the_foreground() {
 #[test]
 fn same_model_same_requests_same_times() {
     let mut m = model("toshiba-mmc32g");
-    flash_mut(&mut m).nand.jitter_permille = 50;
+    m.timing.flash_mut().nand.jitter_permille = 50;
     let run = |m: &DeviceModel| {
         let mut t = FlashTiming::new(m).unwrap();
         let user = t.user_start;
@@ -214,6 +207,6 @@ fn same_model_same_requests_same_times() {
     };
     assert_eq!(run(&m), run(&m));
     let mut other = m.clone();
-    flash_mut(&mut other).seed ^= 1;
+    other.timing.flash_mut().seed ^= 1;
     assert_ne!(run(&m), run(&other), "the seed drives the jitter");
 }
