@@ -6,7 +6,7 @@
 use emmc_card::registers::decode_csd;
 use emmc_card::timing::Nanos;
 
-use super::DataDirection;
+use super::{DataDirection, SdhciHost};
 
 /// Timeout Control counts 0..=0xE are defined; Linux never programs more than 0xE.
 pub const MAX_TIMEOUT_COUNT: u8 = 0xE;
@@ -74,6 +74,33 @@ pub fn calc_timeout_count(target_us: u64, timeout_clk_khz: u64) -> (u8, bool) {
 pub fn hardware_timeout_ns(count: u8, timeout_clk_hz: u64) -> Nanos {
     let cycles = 1u128 << (13 + u32::from(count.min(MAX_TIMEOUT_COUNT)));
     (cycles * 1_000_000_000).div_ceil(u128::from(timeout_clk_hz.max(1))) as Nanos
+}
+
+impl SdhciHost {
+    /// Linux's `mmc->max_busy_timeout` in ms: 2^27 TMCLK cycles, 0 (no limit) when the
+    /// hardware time-out may be disabled. A longer CMD6 busy is polled instead of waited
+    /// for with R1b.
+    pub fn max_busy_timeout_ms(&self) -> u32 {
+        if self.config.disable_hw_timeout {
+            return 0;
+        }
+        ((1u64 << 27) / (self.config.timeout_clock_hz / 1000).max(1)).min(u64::from(u32::MAX))
+            as u32
+    }
+
+    /// The time-out the controller applies for a target of `target_us`.
+    pub(super) fn effective_timeout_ns(&self, target_us: u64) -> Nanos {
+        let (count, too_big) = calc_timeout_count(target_us, self.config.timeout_clock_hz / 1000);
+        if too_big && self.config.disable_hw_timeout {
+            if target_us == 0 {
+                SOFTWARE_TIMEOUT_NS
+            } else {
+                target_us.saturating_mul(1000)
+            }
+        } else {
+            hardware_timeout_ns(count, self.config.timeout_clock_hz)
+        }
+    }
 }
 
 #[cfg(test)]
