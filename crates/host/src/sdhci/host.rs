@@ -9,6 +9,7 @@ use emmc_card::Card;
 use super::adma::AdmaDesc;
 use super::cmdlog::CmdLog;
 use super::run::Run;
+use super::timeout::CsdTimeouts;
 use super::{DmaSegment, MmcIos, MmcRequest, SdhciCompletion, SdhciConfig};
 use crate::fault::FaultInjector;
 
@@ -28,7 +29,7 @@ pub struct SdhciHost {
     pub(super) table: Vec<AdmaDesc>,
     /// The card's CSD and the data time-outs derived from it (read, write), as the MMC
     /// core decodes them once rather than per request.
-    pub(super) data_timeouts: Option<([u8; 16], DataTimeouts)>,
+    pub(super) data_timeouts: CsdTimeouts,
     /// A fault plan consulted for every command put on the bus (`None`: no faults, and
     /// no cost beyond this check).
     pub(super) faults: Option<Box<FaultInjector>>,
@@ -36,9 +37,6 @@ pub struct SdhciHost {
     /// check per command).
     pub(super) cmd_log: Option<Box<CmdLog>>,
 }
-
-/// `(timeout_ns, timeout_clks)` for reads and for writes.
-type DataTimeouts = [(u64, u32); 2];
 
 impl SdhciHost {
     pub fn new(config: SdhciConfig) -> SdhciHost {
@@ -50,7 +48,7 @@ impl SdhciHost {
             response: [0; 4],
             staging: Vec::new(),
             table: Vec::new(),
-            data_timeouts: None,
+            data_timeouts: CsdTimeouts::default(),
             faults: None,
             cmd_log: None,
         };

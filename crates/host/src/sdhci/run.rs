@@ -10,7 +10,6 @@ use emmc_card::Card;
 
 use super::cmd::Role;
 use super::cmdlog::CmdEntry;
-use super::mmc_data_timeout;
 use super::{
     auto_cmd_err, error_int, normal_int, target_timeout_us, CommandOutcome, DataDirection,
     DmaSegment, IntStatus, MmcCommand, MmcRequest, SdhciCompletion, SdhciError, SdhciHost,
@@ -140,19 +139,7 @@ impl<'h> Run<'h> {
                 return;
             }
             if d.timeout_ns == 0 && d.timeout_clks == 0 {
-                let csd = self.card.csd();
-                let timeouts = match self.host.data_timeouts {
-                    Some((cached, t)) if cached == csd => t,
-                    _ => {
-                        let t = [
-                            mmc_data_timeout(&csd, DataDirection::Read),
-                            mmc_data_timeout(&csd, DataDirection::Write),
-                        ];
-                        self.host.data_timeouts = Some((csd, t));
-                        t
-                    }
-                };
-                let (ns, clks) = timeouts[usize::from(d.direction == DataDirection::Write)];
+                let (ns, clks) = self.host.data_timeouts.get(self.card.csd(), d.direction);
                 d.timeout_ns = ns;
                 d.timeout_clks = clks;
             }
