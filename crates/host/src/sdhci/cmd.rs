@@ -52,7 +52,7 @@ impl Run<'_> {
             self.exchange(cmd, &bus, &mut out, bus_fault)
         };
         if self.data_cmd.is_none() {
-            if let Some((ns, stuck)) = self.extra_busy.take() {
+            if let Some((ns, stuck)) = self.injected.extra_busy.take() {
                 if !self.card.extend_busy(ns, stuck) {
                     log::debug!("fault: CMD{} holds no busy to lengthen", cmd.opcode);
                 }

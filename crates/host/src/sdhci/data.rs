@@ -120,7 +120,7 @@ impl Run<'_> {
         if problem.is_none() && card_len != blksz {
             problem = Some("block size differs from the card's");
         }
-        match self.data_fault.take() {
+        match self.injected.data.take() {
             Some(Effect::DataCrc) => problem = Some("fault plan: data CRC error"),
             Some(_) => {
                 // The data stalls: the card sends no block, or never answers the written one.
@@ -208,12 +208,12 @@ impl Run<'_> {
         };
         match self.card.read_data(self.now, target) {
             Ok(internal) => {
-                let internal = match self.extra_busy.take() {
+                let internal = match self.injected.extra_busy.take() {
                     Some((ns, _)) => internal.saturating_add(ns),
                     None => internal,
                 };
-                if self.bit_flips > 0 {
-                    let flips = std::mem::take(&mut self.bit_flips);
+                if self.injected.bit_flips > 0 {
+                    let flips = std::mem::take(&mut self.injected.bit_flips);
                     if let Some(f) = self.host.faults.as_deref_mut() {
                         let bits = target.len() as u64 * 8;
                         for _ in 0..flips {
@@ -263,7 +263,7 @@ impl Run<'_> {
         match self.card.write_data(sent, data) {
             Ok(()) => {
                 self.now = sent;
-                if let Some((ns, stuck)) = self.extra_busy.take() {
+                if let Some((ns, stuck)) = self.injected.extra_busy.take() {
                     self.card.extend_busy(ns, stuck);
                 }
                 if self.wait_busy_within(per_block, budget) {

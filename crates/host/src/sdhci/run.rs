@@ -10,11 +10,11 @@ use emmc_card::Card;
 
 use super::cmd::Role;
 use super::cmdlog::CmdEntry;
+use super::inject::PendingFaults;
 use super::{
     auto_cmd_err, error_int, normal_int, target_timeout_us, CommandOutcome, DataDirection,
     DmaSegment, IntStatus, MmcCommand, MmcRequest, SdhciCompletion, SdhciError, SdhciHost,
 };
-use crate::fault::Effect;
 
 /// One request in flight.
 pub(super) struct Run<'h> {
@@ -30,10 +30,7 @@ pub(super) struct Run<'h> {
     /// (direction, block size, blocks, packed).
     pub(super) data_cmd: Option<(DataDirection, u32, u32, bool)>,
     /// Injected faults waiting for the data phase or the busy they act on.
-    pub(super) data_fault: Option<Effect>,
-    pub(super) bit_flips: u32,
-    /// Extra busy or access time, and whether it yields to HPI (stuck busy).
-    pub(super) extra_busy: Option<(Nanos, bool)>,
+    pub(super) injected: PendingFaults,
     /// With a command log: the last command sent, written once the next starts or the
     /// request ends.
     pub(super) logged: Option<CmdEntry>,
@@ -66,9 +63,7 @@ impl<'h> Run<'h> {
             defer_final_busy: false,
             defer_now: false,
             data_cmd: None,
-            data_fault: None,
-            bit_flips: 0,
-            extra_busy: None,
+            injected: PendingFaults::default(),
             logged: None,
         }
     }
