@@ -213,3 +213,25 @@ impl SdhciHost {
         self.response
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn linux_keeps_a_short_response_in_word_0_and_an_r2_without_its_crc() {
+        assert_eq!(linux_resp(&Response::R1(0x0000_0900)), [0x900, 0, 0, 0]);
+        assert_eq!(
+            linux_resp(&Response::R3(0xc0ff_8080)),
+            [0xc0ff_8080, 0, 0, 0]
+        );
+        let mut r2 = [0u8; 16];
+        for (i, b) in r2.iter_mut().enumerate() {
+            *b = 0x10 + i as u8;
+        }
+        assert_eq!(
+            linux_resp(&Response::R2(r2)),
+            [0x1011_1213, 0x1415_1617, 0x1819_1a1b, 0x1c1d_1e00]
+        );
+    }
+}

@@ -216,3 +216,70 @@ impl SdhciCompletion {
         self.end_ns - self.start_ns
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(opcode: u8, error: Option<SdhciError>) -> CommandOutcome {
+        CommandOutcome {
+            issued: true,
+            error,
+            ..CommandOutcome::pending(opcode)
+        }
+    }
+
+    #[test]
+    fn r1b_commands_wait_for_busy_and_the_table_gives_the_response() {
+        let switch = MmcCommand::for_opcode(6, 0x03b7_0100);
+        assert_eq!((switch.resp_type, switch.busy), (ResponseType::R1b, true));
+        let status = MmcCommand::for_opcode(13, 1 << 16);
+        assert_eq!((status.resp_type, status.busy), (ResponseType::R1, false));
+        assert_eq!(MmcCommand::for_opcode(9, 0).resp_type, ResponseType::R2);
+        // Only the low six bits name the command.
+        assert_eq!(
+            MmcCommand::for_opcode(0x40 | 6, 0).resp_type,
+            ResponseType::R1b
+        );
+        assert_eq!(
+            MmcCommand::new(38, 0, ResponseType::R1b)
+                .with_busy_timeout(300)
+                .busy_timeout_ms,
+            300
+        );
+    }
+
+    #[test]
+    fn the_first_error_counts_in_request_order() {
+        let mut done = SdhciCompletion {
+            sbc: Some(outcome(23, None)),
+            cmd: outcome(25, None),
+            stop: Some(outcome(12, Some(SdhciError::CmdTimeout))),
+            data_error: Some(SdhciError::DataCrc),
+            bytes_xfered: 0,
+            int_status: IntStatus::default(),
+            auto_cmd_err: 0,
+            adma_err: 0,
+            start_ns: 1_000,
+            end_ns: 4_000,
+            busy_pending: false,
+        };
+        assert_eq!(done.error(), Some(SdhciError::DataCrc));
+        assert!(!done.is_ok());
+        assert_eq!(done.duration_ns(), 3_000);
+        done.cmd.error = Some(SdhciError::CmdCrc);
+        assert_eq!(done.error(), Some(SdhciError::CmdCrc));
+        done.sbc = Some(outcome(23, Some(SdhciError::CmdEndBit)));
+        assert_eq!(done.error(), Some(SdhciError::CmdEndBit));
+        // A request whose command never went out is not ok, error or not.
+        let refused = SdhciCompletion {
+            sbc: None,
+            cmd: CommandOutcome::pending(25),
+            stop: None,
+            data_error: None,
+            ..done
+        };
+        assert_eq!(refused.error(), None);
+        assert!(!refused.is_ok() && !refused.cmd.ok());
+    }
+}
