@@ -13,6 +13,56 @@ use emmc_card::CardState;
 use super::queue::{Active, Work};
 use super::{BlkData, MmcBlk};
 
+/// The arrivals the HPI policy waits on: the earliest arrival of a read not yet fetched,
+/// and of any request, while the card was busy, and whether the prepared request has had
+/// its HPI already.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct HpiState {
+    read_since: Option<Nanos>,
+    any_since: Option<Nanos>,
+    /// The prepared request already had its HPI.
+    done_for_cur: bool,
+}
+
+impl HpiState {
+    /// A request arrived at `at`.
+    pub(super) fn arrived(&mut self, at: Nanos, read: bool) {
+        self.any_since.get_or_insert(at);
+        if read {
+            self.read_since.get_or_insert(at);
+        }
+    }
+
+    /// The queue thread fetched and prepared a request; `queued_read`: a read is still
+    /// queued, `queue_empty`: nothing is.
+    pub(super) fn fetched(&mut self, queued_read: bool, queue_empty: bool) {
+        if !queued_read {
+            self.read_since = None;
+        }
+        if queue_empty {
+            self.any_since = None;
+        }
+        self.done_for_cur = false;
+    }
+
+    /// An HPI was sent: the read that asked for it has had its chance.
+    pub(super) fn interrupted(&mut self) {
+        self.read_since = None;
+        self.done_for_cur = true;
+    }
+
+    /// Since when a read has waited for the card: the earliest queued read, or the
+    /// prepared request if it is a read (`prepared_read`: when it was fetched) that has
+    /// not had its HPI yet.
+    pub(super) fn read_waiting_since(&self, prepared_read: Option<Nanos>) -> Option<Nanos> {
+        let prepared = prepared_read.filter(|_| !self.done_for_cur);
+        match (self.read_since, prepared) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
 impl<H: MmcHostOps, D: BlkData> MmcBlk<H, D> {
     /// When the HPI policy wants the card interrupted (the arrival that asks for it), if
     /// that is no later than `until`.
@@ -21,7 +71,7 @@ impl<H: MmcHostOps, D: BlkData> MmcBlk<H, D> {
             return None;
         }
         let at = match self.active.as_ref()? {
-            Active::Bkops => self.any_since?,
+            Active::Bkops => self.hpi.any_since?,
             Active::Rw { work, busy, .. } => {
                 if !*busy || !self.cfg.hpi.enabled {
                     return None;
@@ -43,12 +93,9 @@ impl<H: MmcHostOps, D: BlkData> MmcBlk<H, D> {
                         Work::Packed { reqs, .. } => reqs[0].op.is_read(),
                         Work::Special(_) => false,
                     };
-                    (read && !self.hpi_done_for_cur).then_some(c.fetched_at)
+                    read.then_some(c.fetched_at)
                 });
-                let arrived = match (self.read_since, fetched) {
-                    (Some(a), Some(b)) => a.min(b),
-                    (a, b) => a.or(b)?,
-                };
+                let arrived = self.hpi.read_waiting_since(fetched)?;
                 arrived.saturating_add(self.cfg.hpi.min_wait_ns)
             }
         };
@@ -63,8 +110,7 @@ impl<H: MmcHostOps, D: BlkData> MmcBlk<H, D> {
         // The read that asked for it has had its chance: another HPI needs another read
         // (with a scheduler that does not put the read first, writes queued before it
         // would otherwise be interrupted one after the other).
-        self.read_since = None;
-        self.hpi_done_for_cur = true;
+        self.hpi.interrupted();
         match self.mmc_interrupt_hpi() {
             Ok(true) => self.stats.hpi += 1,
             Ok(false) => {}
@@ -153,5 +199,43 @@ impl<H: MmcHostOps, D: BlkData> MmcBlk<H, D> {
         }
         self.host.wait_busy_until(None);
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_earliest_arrivals_count_until_a_fetch_takes_them() {
+        let mut s = HpiState::default();
+        s.arrived(100, false);
+        s.arrived(200, true);
+        s.arrived(300, true);
+        assert_eq!((s.any_since, s.read_since), (Some(100), Some(200)));
+        // A read still queued keeps its arrival, a queue not yet empty keeps any.
+        s.fetched(true, false);
+        assert_eq!((s.any_since, s.read_since), (Some(100), Some(200)));
+        s.fetched(false, true);
+        assert_eq!((s.any_since, s.read_since), (None, None));
+    }
+
+    #[test]
+    fn a_read_waits_from_the_earlier_of_queue_and_prepared_request_until_its_hpi() {
+        let mut s = HpiState::default();
+        assert_eq!(s.read_waiting_since(None), None);
+        assert_eq!(s.read_waiting_since(Some(500)), Some(500));
+        s.arrived(700, true);
+        assert_eq!(s.read_waiting_since(Some(500)), Some(500));
+        assert_eq!(s.read_waiting_since(Some(900)), Some(700));
+        assert_eq!(s.read_waiting_since(None), Some(700));
+        // After an HPI neither the queued read nor the prepared one asks again ...
+        s.interrupted();
+        assert_eq!(s.read_waiting_since(Some(500)), None);
+        // ... until a new read arrives, or the next request is prepared.
+        s.arrived(1_000, true);
+        assert_eq!(s.read_waiting_since(Some(500)), Some(1_000));
+        s.fetched(false, false);
+        assert_eq!(s.read_waiting_since(Some(1_200)), Some(1_200));
     }
 }

@@ -85,6 +85,7 @@ use crate::mmc::{MmcCard, MmcHostOps};
 use crate::packing::{BlkRequest, PackLimits, WritePackingControl};
 use emmc_card::timing::Nanos;
 
+use hpi::HpiState;
 use probe::Features;
 use queue::{Active, Prepared};
 
@@ -111,12 +112,8 @@ pub struct MmcBlk<H: MmcHostOps, D: BlkData = NoData> {
     idle_since: Option<Nanos>,
     bkops_checked: bool,
     urgent_bkops: bool,
-    /// Earliest arrival of a read not yet fetched, and of any request, while the card
-    /// was busy (for HPI).
-    read_since: Option<Nanos>,
-    any_since: Option<Nanos>,
-    /// The prepared request already had its HPI.
-    hpi_done_for_cur: bool,
+    /// Arrivals the HPI policy waits on.
+    hpi: HpiState,
     writes_since_read: u32,
     /// The card was reset for an error and no request has succeeded since: a second
     /// failure does not reset it again (Linux's `md->reset_done`).

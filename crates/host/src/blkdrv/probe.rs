@@ -7,6 +7,7 @@ use crate::mmc::{mmc_init_card, HostCaps, MmcCard, MmcError, MmcHostOps};
 use crate::packing::{PackLimits, PackingMode, WritePackingControl};
 use emmc_card::ext_csd as ext;
 
+use super::hpi::HpiState;
 use super::{BlkConfig, BlkData, BlkStats, MmcBlk, NoData};
 
 /// Card features the driver uses, decoded once from the EXT_CSD (`mmc_blk_alloc_req`).
@@ -104,9 +105,7 @@ impl<H: MmcHostOps, D: BlkData> MmcBlk<H, D> {
             idle_since: Some(now),
             bkops_checked: false,
             urgent_bkops: false,
-            read_since: None,
-            any_since: None,
-            hpi_done_for_cur: false,
+            hpi: HpiState::default(),
             writes_since_read: 0,
             reset_done: false,
             stats: BlkStats::default(),
@@ -132,9 +131,7 @@ impl<H: MmcHostOps, D: BlkData> MmcBlk<H, D> {
         self.idle_since = Some(self.host.now());
         self.bkops_checked = false;
         self.urgent_bkops = false;
-        self.read_since = None;
-        self.any_since = None;
-        self.hpi_done_for_cur = false;
+        self.hpi = HpiState::default();
         self.writes_since_read = 0;
         self.stats = BlkStats::default();
         Ok(())

@@ -108,10 +108,7 @@ impl<H: MmcHostOps, D: BlkData> MmcBlk<H, D> {
         }
         self.idle_since = None;
         self.bkops_checked = false;
-        self.any_since.get_or_insert(now);
-        if req.op.is_read() {
-            self.read_since.get_or_insert(now);
-        }
+        self.hpi.arrived(now, req.op.is_read());
         let split = matches!(req.op, BlkOp::Read | BlkOp::Write);
         if !split || req.sectors <= self.cfg.max_sectors {
             self.sched.add(req, now);
@@ -310,17 +307,12 @@ impl<H: MmcHostOps, D: BlkData> MmcBlk<H, D> {
             }
             _ => Work::Special(req),
         };
-        if !self.sched.has_queued_read() {
-            self.read_since = None;
-        }
-        if self.sched.is_empty() {
-            self.any_since = None;
-        }
+        self.hpi
+            .fetched(self.sched.has_queued_read(), self.sched.is_empty());
         let entries = match &work {
             Work::Packed { reqs, .. } => reqs.len() as u64,
             _ => 1,
         };
-        self.hpi_done_for_cur = false;
         self.cur = Some(Prepared {
             work,
             fetched_at: at,
