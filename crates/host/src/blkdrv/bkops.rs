@@ -8,18 +8,41 @@ use emmc_card::ext_csd as ext;
 use emmc_card::timing::Nanos;
 
 use super::queue::Active;
-use super::{BlkData, MmcBlk};
+use super::{BkopsPolicy, BlkData, MmcBlk};
+
+/// What the driver knows of BKOPS between requests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct BkopsState {
+    /// BKOPS_STATUS was read since the queue went idle (once per idle period).
+    pub(super) checked: bool,
+    /// An URGENT_BKOPS exception is waiting for the queue thread.
+    pub(super) urgent: bool,
+}
+
+impl BkopsState {
+    /// When the idle check falls due for a queue idle since `idle_since`: never when the
+    /// card has no manual BKOPS (`supported`), the policy is off, or it was done.
+    pub(super) fn check_due(
+        &self,
+        supported: bool,
+        policy: &BkopsPolicy,
+        idle_since: Nanos,
+    ) -> Option<Nanos> {
+        (supported && policy.enabled && !self.checked)
+            .then(|| idle_since.saturating_add(policy.idle_ns))
+    }
+}
 
 impl<H: MmcHostOps, D: BlkData> MmcBlk<H, D> {
     pub(super) fn bkops_check_due(&self, idle_since: Nanos) -> Option<Nanos> {
-        (self.f.bkops && self.cfg.bkops.enabled && !self.bkops_checked)
-            .then(|| idle_since.saturating_add(self.cfg.bkops.idle_ns))
+        self.bkops
+            .check_due(self.f.bkops, &self.cfg.bkops, idle_since)
     }
 
     /// The queue has been idle long enough: read BKOPS_STATUS and start BKOPS without
     /// waiting if it is high enough.
     pub(super) fn idle_bkops(&mut self) {
-        self.bkops_checked = true;
+        self.bkops.checked = true;
         let level = match mmc_get_ext_csd(&mut self.host) {
             Ok(e) => e[ext::BKOPS_STATUS] & 0x03,
             Err(e) => {
@@ -54,5 +77,30 @@ impl<H: MmcHostOps, D: BlkData> MmcBlk<H, D> {
             }
             Err(e) => log::warn!("mmcblk: urgent BKOPS_START: {e}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_idle_check_falls_due_once_per_idle_period_when_card_and_policy_allow() {
+        let policy = BkopsPolicy {
+            enabled: true,
+            idle_ns: 1_000,
+            min_level: 2,
+        };
+        let mut s = BkopsState::default();
+        assert_eq!(s.check_due(true, &policy, 5_000), Some(6_000));
+        assert_eq!(s.check_due(true, &policy, u64::MAX), Some(u64::MAX));
+        assert_eq!(s.check_due(false, &policy, 5_000), None);
+        let off = BkopsPolicy {
+            enabled: false,
+            ..policy
+        };
+        assert_eq!(s.check_due(true, &off, 5_000), None);
+        s.checked = true;
+        assert_eq!(s.check_due(true, &policy, 5_000), None);
     }
 }

@@ -14,6 +14,7 @@ use emmc_card::ext_csd as ext;
 use emmc_card::timing::Nanos;
 use emmc_card::{r1, CardState};
 
+use super::bkops::BkopsState;
 use super::queue::{Active, Work};
 use super::{BlkCompletion, BlkData, BlkError, MmcBlk};
 
@@ -225,8 +226,7 @@ impl<H: MmcHostOps, D: BlkData> MmcBlk<H, D> {
                 self.card = card;
                 self.f = f;
                 self.limits = limits;
-                self.bkops_checked = false;
-                self.urgent_bkops = false;
+                self.bkops = BkopsState::default();
             }
             Err(e) => log::error!("mmcblk: re-initialising the card failed: {e}"),
         }
@@ -248,7 +248,7 @@ impl<H: MmcHostOps, D: BlkData> MmcBlk<H, D> {
         };
         let events = u16::from(e[ext::EXCEPTION_EVENTS_STATUS]);
         if events & ext::EE_URGENT_BKOPS != 0 && self.f.bkops && self.cfg.bkops.enabled {
-            self.urgent_bkops = true;
+            self.bkops.urgent = true;
         }
         if packed && events & ext::EE_PACKED_FAILURE != 0 {
             let pstatus = e[ext::PACKED_COMMAND_STATUS];

@@ -85,6 +85,7 @@ use crate::mmc::{MmcCard, MmcHostOps};
 use crate::packing::{BlkRequest, PackLimits, WritePackingControl};
 use emmc_card::timing::Nanos;
 
+use bkops::BkopsState;
 use hpi::HpiState;
 use probe::Features;
 use queue::{Active, Prepared};
@@ -110,8 +111,8 @@ pub struct MmcBlk<H: MmcHostOps, D: BlkData = NoData> {
     completions: Vec<BlkCompletion>,
     /// When the queue last went idle (nothing queued, prepared or on the card).
     idle_since: Option<Nanos>,
-    bkops_checked: bool,
-    urgent_bkops: bool,
+    /// What the BKOPS policy knows between requests.
+    bkops: BkopsState,
     /// Arrivals the HPI policy waits on.
     hpi: HpiState,
     writes_since_read: u32,

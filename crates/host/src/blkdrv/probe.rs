@@ -7,6 +7,7 @@ use crate::mmc::{mmc_init_card, HostCaps, MmcCard, MmcError, MmcHostOps};
 use crate::packing::{PackLimits, PackingMode, WritePackingControl};
 use emmc_card::ext_csd as ext;
 
+use super::bkops::BkopsState;
 use super::hpi::HpiState;
 use super::{BlkConfig, BlkData, BlkStats, MmcBlk, NoData};
 
@@ -103,8 +104,7 @@ impl<H: MmcHostOps, D: BlkData> MmcBlk<H, D> {
             active: None,
             completions: Vec::new(),
             idle_since: Some(now),
-            bkops_checked: false,
-            urgent_bkops: false,
+            bkops: BkopsState::default(),
             hpi: HpiState::default(),
             writes_since_read: 0,
             reset_done: false,
@@ -129,8 +129,7 @@ impl<H: MmcHostOps, D: BlkData> MmcBlk<H, D> {
         self.active = None;
         self.completions.clear();
         self.idle_since = Some(self.host.now());
-        self.bkops_checked = false;
-        self.urgent_bkops = false;
+        self.bkops = BkopsState::default();
         self.hpi = HpiState::default();
         self.writes_since_read = 0;
         self.stats = BlkStats::default();

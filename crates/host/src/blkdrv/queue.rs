@@ -107,7 +107,7 @@ impl<H: MmcHostOps, D: BlkData> MmcBlk<H, D> {
             return;
         }
         self.idle_since = None;
-        self.bkops_checked = false;
+        self.bkops.checked = false;
         self.hpi.arrived(now, req.op.is_read());
         let split = matches!(req.op, BlkOp::Read | BlkOp::Write);
         if !split || req.sectors <= self.cfg.max_sectors {
@@ -161,8 +161,8 @@ impl<H: MmcHostOps, D: BlkData> MmcBlk<H, D> {
                 self.finish_active();
                 continue;
             }
-            if self.urgent_bkops {
-                self.urgent_bkops = false;
+            if self.bkops.urgent {
+                self.bkops.urgent = false;
                 self.run_urgent_bkops();
                 continue;
             }
@@ -232,7 +232,7 @@ impl<H: MmcHostOps, D: BlkData> MmcBlk<H, D> {
     /// then sleeps until this.
     pub fn next_event(&self) -> Option<Nanos> {
         let now = self.host.now();
-        if !self.completions.is_empty() || self.urgent_bkops {
+        if !self.completions.is_empty() || self.bkops.urgent {
             return Some(now);
         }
         if self.active.is_some() {
