@@ -105,22 +105,14 @@ impl<H: MmcHostOps, D: BlkData> MmcBlk<H, D> {
     /// discard exactly; each CMD38 limited to what the host's busy time-out allows.
     fn mmc_erase(&mut self, from: u64, nr: u64, arg: u32) -> Result<(), BlkError> {
         let g = self.f.erase_group;
-        let (mut from, mut nr) = (from, nr);
-        if matches!(arg, MMC_ERASE_ARG | MMC_SECURE_ERASE_ARG) {
-            let rem = from % g;
-            if rem != 0 {
-                let skip = g - rem;
-                if nr <= skip {
-                    return Ok(());
-                }
-                from += skip;
-                nr -= skip;
+        let (from, nr) = if matches!(arg, MMC_ERASE_ARG | MMC_SECURE_ERASE_ARG) {
+            match whole_groups(from, nr, g) {
+                Some(range) => range,
+                None => return Ok(()),
             }
-            nr -= nr % g;
-            if nr == 0 {
-                return Ok(());
-            }
-        }
+        } else {
+            (from, nr)
+        };
         let mult = match arg {
             MMC_ERASE_ARG => self.f.erase_timeout_mult,
             MMC_SECURE_ERASE_ARG => self.f.erase_timeout_mult * self.f.sec_erase_mult,
@@ -142,10 +134,7 @@ impl<H: MmcHostOps, D: BlkData> MmcBlk<H, D> {
         let mut at = from;
         let end = from + nr;
         while at < end {
-            // At most max_groups erase groups per CMD38.
-            let group_end = (at / g).saturating_add(max_groups).saturating_mul(g);
-            let to = end.min(group_end);
-            let groups = (to - 1) / g - at / g + 1;
+            let (to, groups) = next_cmd38(at, end, g, max_groups);
             self.erase_cmds(at, to - 1, arg, per_group_ms * groups)?;
             at = to;
         }
@@ -170,5 +159,70 @@ impl<H: MmcHostOps, D: BlkData> MmcBlk<H, D> {
         self.host.wait_busy_until(None);
         check_r1(13, mmc_send_status(&mut self.host)?)?;
         Ok(())
+    }
+}
+
+/// The part of `nr` sectors from `from` that erase and secure erase act on: whole erase
+/// groups of `group` sectors (`mmc_erase` rounds the start up and the length down), `None`
+/// when not one whole group is inside.
+fn whole_groups(from: u64, nr: u64, group: u64) -> Option<(u64, u64)> {
+    let (mut from, mut nr) = (from, nr);
+    let rem = from % group;
+    if rem != 0 {
+        let skip = group - rem;
+        if nr <= skip {
+            return None;
+        }
+        from += skip;
+        nr -= skip;
+    }
+    nr -= nr % group;
+    (nr != 0).then_some((from, nr))
+}
+
+/// The next CMD38 of an erase from sector `at` to before `end`: at most `max_groups`
+/// erase groups of `group` sectors, ending at an erase-group boundary unless the range
+/// ends first. Returns where it ends (exclusive) and how many groups it touches, which
+/// its busy time-out is counted in.
+fn next_cmd38(at: u64, end: u64, group: u64, max_groups: u64) -> (u64, u64) {
+    let group_end = (at / group)
+        .saturating_add(max_groups)
+        .saturating_mul(group);
+    let to = end.min(group_end);
+    (to, (to - 1) / group - at / group + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn erase_keeps_only_whole_erase_groups() {
+        assert_eq!(whole_groups(0, 3072, 1024), Some((0, 3072)));
+        assert_eq!(whole_groups(100, 3000, 1024), Some((1024, 2048)));
+        assert_eq!(whole_groups(1024, 2047, 1024), Some((1024, 1024)));
+        assert_eq!(
+            whole_groups(100, 924, 1024),
+            None,
+            "ends at the first boundary"
+        );
+        assert_eq!(
+            whole_groups(100, 1500, 1024),
+            None,
+            "no whole group after it"
+        );
+        assert_eq!(whole_groups(5, 7, 1), Some((5, 7)));
+    }
+
+    #[test]
+    fn each_cmd38_covers_at_most_max_groups_and_stops_on_a_boundary() {
+        // Three groups per CMD38 from the middle of group 0: it ends with group 2.
+        assert_eq!(next_cmd38(100, 10_000, 1024, 3), (3072, 3));
+        assert_eq!(next_cmd38(3072, 10_000, 1024, 3), (6144, 3));
+        // The range ends first: a partial group counts as one.
+        assert_eq!(next_cmd38(6144, 6200, 1024, 3), (6200, 1));
+        assert_eq!(next_cmd38(1000, 1100, 1024, 3), (1100, 2));
+        // No busy limit.
+        assert_eq!(next_cmd38(0, 1 << 40, 1024, u64::MAX), (1 << 40, 1 << 30));
     }
 }
