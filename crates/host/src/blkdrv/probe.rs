@@ -180,3 +180,106 @@ impl<H: MmcHostOps, D: BlkData> MmcBlk<H, D> {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mmc::MmcHost;
+    use crate::sdhci::SdhciConfig;
+    use emmc_card::model::DeviceModel;
+    use emmc_card::store::NullStore;
+    use emmc_card::Card;
+
+    /// The generic card brought up with its model's host capabilities.
+    fn brought_up() -> (MmcCard, HostCaps) {
+        let m = DeviceModel::load("generic-emmc45").unwrap();
+        let caps = HostCaps::for_model(&m.host);
+        let layout = Card::layout_for(&m);
+        let card = Card::new(m.clone(), Box::new(NullStore::new(layout))).unwrap();
+        let mut host = MmcHost::with_config(card, SdhciConfig::for_model(&m.host));
+        (mmc_init_card(&mut host, &caps).unwrap(), caps)
+    }
+
+    #[test]
+    fn features_follow_the_ext_csd_the_card_was_brought_up_with() {
+        let (card, caps) = brought_up();
+        let f = Features::new(&card, &caps);
+        assert_eq!(f.sectors, card.sectors());
+        assert!(
+            f.cache && f.hpi && f.bkops,
+            "bring-up enables what the card has"
+        );
+        assert_eq!(f.packed, caps.packed_event);
+        assert_eq!(
+            f.erase_group,
+            u64::from(card.ext_csd[ext::HC_ERASE_GRP_SIZE]) * 1024
+        );
+    }
+
+    #[test]
+    fn reliable_write_is_enhanced_legacy_or_none() {
+        let (mut card, caps) = brought_up();
+        card.ext_csd[ext::WR_REL_PARAM] &= !ext::EN_REL_WR;
+        card.ext_csd[ext::REL_WR_SEC_C] = 0;
+        let f = Features::new(&card, &caps);
+        assert!(!f.rel_wr && !f.enhanced_rel_wr);
+        assert_eq!(f.rel_sectors, 1);
+        card.ext_csd[ext::REL_WR_SEC_C] = 8;
+        let f = Features::new(&card, &caps);
+        assert!(f.rel_wr && !f.enhanced_rel_wr);
+        assert_eq!(f.rel_sectors, 8);
+        card.ext_csd[ext::WR_REL_PARAM] |= ext::EN_REL_WR;
+        card.ext_csd[ext::REL_WR_SEC_C] = 0;
+        let f = Features::new(&card, &caps);
+        assert!(f.rel_wr && f.enhanced_rel_wr);
+    }
+
+    #[test]
+    fn packed_commands_need_the_45_minimums_and_the_failure_event() {
+        let (mut card, mut caps) = brought_up();
+        caps.packed_event = true;
+        card.ext_csd[ext::MAX_PACKED_WRITES] = 3;
+        card.ext_csd[ext::MAX_PACKED_READS] = 5;
+        card.ext_csd[ext::EXCEPTION_EVENTS_CTRL] |= ext::EE_PACKED_FAILURE as u8;
+        assert!(Features::new(&card, &caps).packed);
+        let mut no = card.clone();
+        no.ext_csd[ext::MAX_PACKED_WRITES] = 2;
+        assert!(!Features::new(&no, &caps).packed);
+        let mut no = card.clone();
+        no.ext_csd[ext::MAX_PACKED_READS] = 4;
+        assert!(!Features::new(&no, &caps).packed);
+        let mut no = card.clone();
+        no.ext_csd[ext::EXCEPTION_EVENTS_CTRL] &= !(ext::EE_PACKED_FAILURE as u8);
+        assert!(!Features::new(&no, &caps).packed);
+        caps.packed_event = false;
+        assert!(!Features::new(&card, &caps).packed);
+    }
+
+    #[test]
+    fn erase_parameters_never_decode_to_zero() {
+        let (mut card, caps) = brought_up();
+        for field in [
+            ext::HC_ERASE_GRP_SIZE,
+            ext::ERASE_TIMEOUT_MULT,
+            ext::TRIM_MULT,
+            ext::SEC_ERASE_MULT,
+            ext::SEC_TRIM_MULT,
+        ] {
+            card.ext_csd[field] = 0;
+        }
+        card.ext_csd[ext::EXT_CSD_REV] = 5;
+        card.ext_csd[ext::ERASED_MEM_CONT] = 1;
+        let f = Features::new(&card, &caps);
+        assert_eq!(f.erase_group, 1);
+        assert_eq!(
+            (
+                f.erase_timeout_mult,
+                f.trim_mult,
+                f.sec_erase_mult,
+                f.sec_trim_mult
+            ),
+            (1, 1, 1, 1)
+        );
+        assert!(!f.can_discard && !f.erased_zero);
+    }
+}
