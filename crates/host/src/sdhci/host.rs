@@ -7,10 +7,10 @@ use emmc_card::timing::Nanos;
 use emmc_card::Card;
 
 use super::adma::AdmaDesc;
-use super::cmdlog::CmdLog;
 use super::run::Run;
 use super::timeout::CsdTimeouts;
 use super::{DmaSegment, MmcIos, MmcRequest, SdhciCompletion, SdhciConfig};
+use crate::cmdlog::CmdLog;
 use crate::fault::FaultInjector;
 
 /// The controller: configuration, ios, tuning state and its buffers. It drives a card it

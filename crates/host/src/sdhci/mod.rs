@@ -121,8 +121,6 @@ mod tuning;
 #[cfg(test)]
 mod tests;
 
-use super::cmdlog;
-
 pub use adma::{AdmaLimits, DmaBuf, DmaSegment, ADMA2_ALIGN};
 pub use cmd::NCR_MAX;
 pub use data::MAX_BLOCK_COUNT;

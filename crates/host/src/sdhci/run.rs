@@ -9,12 +9,12 @@ use emmc_card::timing::Nanos;
 use emmc_card::Card;
 
 use super::cmd::Role;
-use super::cmdlog::CmdEntry;
 use super::inject::PendingFaults;
 use super::{
     auto_cmd_err, error_int, normal_int, target_timeout_us, CommandOutcome, DataDirection,
     DmaSegment, IntStatus, MmcCommand, MmcRequest, SdhciCompletion, SdhciError, SdhciHost,
 };
+use crate::cmdlog::CmdEntry;
 
 /// One request in flight.
 pub(super) struct Run<'h> {
