@@ -89,6 +89,7 @@ pub(super) struct CsdTimeouts {
 
 impl CsdTimeouts {
     /// [`mmc_data_timeout`] for a transfer in `direction` on a card whose CSD is `csd`.
+    #[inline]
     pub(super) fn get(&mut self, csd: [u8; 16], direction: DataDirection) -> (u64, u32) {
         let timeouts = match self.cached {
             Some((cached, t)) if cached == csd => t,
