@@ -1,11 +1,20 @@
 //! The block driver against the in-process SDHCI model and card: command shapes as Linux
 //! sends them, every policy, and hostile requests.
 
+use super::special::{
+    ERASE_TIMEOUT_UNIT_MS, MMC_DISCARD_ARG, MMC_SECURE_ERASE_ARG, MMC_SECURE_TRIM1_ARG,
+    MMC_SECURE_TRIM2_ARG, MMC_TRIM_ARG,
+};
 use super::*;
 use crate::iosched::{CfqTunables, Elevator};
-use crate::mmc::MmcHost;
-use crate::sdhci::{CommandOutcome, DmaSegment, IntStatus, MmcIos, SdhciConfig};
+use crate::mmc::{HostCaps, MmcError, MmcHost, MMC_CMD23_ARG_PACKED, MMC_CMD23_ARG_REL_WR};
+use crate::packing::{BlkOp, PackingMode, StopReason};
+use crate::sdhci::{
+    CommandOutcome, DmaSegment, IntStatus, MmcIos, MmcRequest, SdhciCompletion, SdhciConfig,
+    SdhciError,
+};
 use crate::testing::drain;
+use emmc_card::ext_csd as ext;
 use emmc_card::model::DeviceModel;
 use emmc_card::store::{MemStore, NullStore};
 use emmc_card::Card;

@@ -6,7 +6,9 @@ use super::*;
 use crate::mmc::{HostCaps, MmcHost, MMC_CMD23_ARG_REL_WR, MMC_RCA};
 use emmc_card::model::DeviceModel;
 use emmc_card::store::MemStore;
-use emmc_card::{r1, CardState, Partition};
+use emmc_card::timing::bus::{ResponseLength, COMMAND_BITS};
+use emmc_card::timing::{Bus, Nanos};
+use emmc_card::{r1, Card, CardState, Partition};
 
 const RCA_ARG: u32 = (MMC_RCA as u32) << 16;
 

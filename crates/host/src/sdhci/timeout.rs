@@ -6,7 +6,7 @@
 use emmc_card::registers::decode_csd;
 use emmc_card::timing::Nanos;
 
-use super::DataDirection;
+use super::{DataDirection, SdhciHost};
 
 /// Timeout Control counts 0..=0xE are defined; Linux never programs more than 0xE.
 pub const MAX_TIMEOUT_COUNT: u8 = 0xE;
@@ -76,6 +76,63 @@ pub fn hardware_timeout_ns(count: u8, timeout_clk_hz: u64) -> Nanos {
     (cycles * 1_000_000_000).div_ceil(u128::from(timeout_clk_hz.max(1))) as Nanos
 }
 
+/// `(timeout_ns, timeout_clks)` for reads and for writes.
+type DataTimeouts = [(u64, u32); 2];
+
+/// The data time-outs Linux derives from a card's CSD, for reads and for writes, decoded
+/// once per CSD (as the MMC core decodes the CSD at bring-up) rather than per request.
+#[derive(Debug, Clone, Default)]
+pub(super) struct CsdTimeouts {
+    /// The CSD they were computed from, and the time-outs.
+    cached: Option<([u8; 16], DataTimeouts)>,
+}
+
+impl CsdTimeouts {
+    /// [`mmc_data_timeout`] for a transfer in `direction` on a card whose CSD is `csd`.
+    #[inline]
+    pub(super) fn get(&mut self, csd: [u8; 16], direction: DataDirection) -> (u64, u32) {
+        let timeouts = match self.cached {
+            Some((cached, t)) if cached == csd => t,
+            _ => {
+                let t = [
+                    mmc_data_timeout(&csd, DataDirection::Read),
+                    mmc_data_timeout(&csd, DataDirection::Write),
+                ];
+                self.cached = Some((csd, t));
+                t
+            }
+        };
+        timeouts[usize::from(direction == DataDirection::Write)]
+    }
+}
+
+impl SdhciHost {
+    /// Linux's `mmc->max_busy_timeout` in ms: 2^27 TMCLK cycles, 0 (no limit) when the
+    /// hardware time-out may be disabled. A longer CMD6 busy is polled instead of waited
+    /// for with R1b.
+    pub fn max_busy_timeout_ms(&self) -> u32 {
+        if self.config.disable_hw_timeout {
+            return 0;
+        }
+        ((1u64 << 27) / (self.config.timeout_clock_hz / 1000).max(1)).min(u64::from(u32::MAX))
+            as u32
+    }
+
+    /// The time-out the controller applies for a target of `target_us`.
+    pub(super) fn effective_timeout_ns(&self, target_us: u64) -> Nanos {
+        let (count, too_big) = calc_timeout_count(target_us, self.config.timeout_clock_hz / 1000);
+        if too_big && self.config.disable_hw_timeout {
+            if target_us == 0 {
+                SOFTWARE_TIMEOUT_NS
+            } else {
+                target_us.saturating_mul(1000)
+            }
+        } else {
+            hardware_timeout_ns(count, self.config.timeout_clock_hz)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,6 +168,28 @@ mod tests {
         assert_eq!(calc_timeout_count(3_000_000, 52_000), (0xE, true));
         assert_eq!(calc_timeout_count(0, 52_000), (0xE, true));
         assert_eq!(hardware_timeout_ns(0xE, 52_000_000), 2_581_110_154);
+    }
+
+    #[test]
+    fn csd_timeouts_are_decoded_once_per_csd() {
+        let generic = [
+            0xd0, 0x0e, 0x01, 0x32, 0x0f, 0x59, 0x03, 0xff, 0xff, 0xff, 0xff, 0xef, 0x8a, 0x40,
+            0x00, 0x25,
+        ];
+        let mut t = CsdTimeouts::default();
+        assert_eq!(t.cached, None);
+        assert_eq!(t.get(generic, DataDirection::Write), (40_000_000, 4000));
+        assert_eq!(t.get(generic, DataDirection::Read), (10_000_000, 1000));
+        assert_eq!(t.cached.map(|(csd, _)| csd), Some(generic));
+        // A card with R2W_FACTOR 3 instead of 2: decoded again, not served from the cache.
+        let mut slower = generic;
+        slower[12] = (generic[12] & !0x1c) | 3 << 2;
+        assert_eq!(t.get(slower, DataDirection::Write), (80_000_000, 8000));
+        assert_eq!(
+            t.get(slower, DataDirection::Read),
+            mmc_data_timeout(&slower, DataDirection::Read)
+        );
+        assert_eq!(t.cached.map(|(csd, _)| csd), Some(slower));
     }
 
     #[test]
