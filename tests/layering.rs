@@ -128,3 +128,23 @@ fn the_test_support_crate_is_dev_only_and_independent_of_the_code_it_checks() {
         ],
     );
 }
+
+/// `emmc_host::testing` (request builders and rigs for tests) is behind the host crate's
+/// `test-support` feature, which only dev-dependencies turn on: the binary never has it.
+#[test]
+fn the_binary_builds_the_host_without_its_test_support() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["tree", "--offline", "-e", "normal", "--prefix", "none"])
+        .args(["--format", "{p} [{f}]", "-p", "vhost-user-emmc"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo tree runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let host = text
+        .lines()
+        .find(|l| l.starts_with("emmc-host "))
+        .expect("the binary links emmc-host");
+    assert!(host.contains("clap"), "features are listed: {host}");
+    assert!(!host.contains("test-support"), "{host}");
+}

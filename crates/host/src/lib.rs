@@ -33,5 +33,5 @@ pub mod policy;
 pub mod sdhci;
 pub mod trace;
 
-#[cfg(test)]
-mod testing;
+#[cfg(any(test, feature = "test-support"))]
+pub mod testing;

@@ -1,77 +1,18 @@
 //! The SDHCI controller model charges a block request exactly what the simulator's
 //! direct `CardDevice` charges, in every bus mode: the requests here are built by hand as
-//! Linux's block driver builds them, and run on the controller without `CardDevice`.
+//! Linux's block driver builds them (`emmc_host::testing`), and run on the controller
+//! without `CardDevice`.
 
-use emmc_card::command::ResponseType;
 use emmc_card::model::{BusTiming, DeviceModel};
 use emmc_card::store::NullStore;
 use emmc_card::Card;
-use emmc_host::mmc::{HostCaps, MmcHost, MMC_CMD23_ARG_REL_WR};
-use emmc_host::sdhci::{DmaSegment, MmcCommand, MmcData, MmcRequest, Sdhci, SdhciConfig};
+use emmc_host::mmc::HostCaps;
+use emmc_host::sdhci::SdhciConfig;
+use emmc_host::testing::{brought_up_with, read_request, write_request};
 use emmc_sim::device::{BlockDevice, CardDevice};
 
 fn model() -> DeviceModel {
     DeviceModel::load("generic-emmc45").unwrap()
-}
-
-/// A card brought up by the MMC core through the controller, handed to an `Sdhci`.
-fn brought_up_with(card: Card, caps: &HostCaps, config: SdhciConfig) -> Sdhci {
-    let mut host = MmcHost::with_config(card, config);
-    host.mmc_init_card(caps).expect("bring-up");
-    Sdhci {
-        card: host.card,
-        now: host.now,
-        host: host.sdhci,
-    }
-}
-
-fn r1(resp: ResponseType, opcode: u8, arg: u32) -> MmcCommand {
-    MmcCommand::new(opcode, arg, resp)
-}
-
-/// How Linux's block driver asks for a write: CMD24 for one plain block, otherwise
-/// CMD23 (+ flags) and CMD25, with a CMD12 stop for the error path.
-fn write_request<'a, S: DmaSegment>(
-    lba: u64,
-    blocks: u32,
-    reliable: bool,
-    sg: &'a mut [S],
-) -> MmcRequest<'a, S> {
-    if blocks == 1 && !reliable {
-        MmcRequest {
-            sbc: None,
-            cmd: r1(ResponseType::R1, 24, lba as u32),
-            data: Some(MmcData::write(512, 1, sg)),
-            stop: None,
-        }
-    } else {
-        let flags = if reliable { MMC_CMD23_ARG_REL_WR } else { 0 };
-        MmcRequest {
-            sbc: Some(r1(ResponseType::R1, 23, blocks | flags)),
-            cmd: r1(ResponseType::R1, 25, lba as u32),
-            data: Some(MmcData::write(512, blocks, sg)),
-            stop: Some(r1(ResponseType::R1b, 12, 0)),
-        }
-    }
-}
-
-/// CMD17 for one block, otherwise CMD23 + CMD18 (stop for the error path).
-fn read_request<'a, S: DmaSegment>(lba: u64, blocks: u32, sg: &'a mut [S]) -> MmcRequest<'a, S> {
-    if blocks == 1 {
-        MmcRequest {
-            sbc: None,
-            cmd: r1(ResponseType::R1, 17, lba as u32),
-            data: Some(MmcData::read(512, 1, sg)),
-            stop: None,
-        }
-    } else {
-        MmcRequest {
-            sbc: Some(r1(ResponseType::R1, 23, blocks)),
-            cmd: r1(ResponseType::R1, 18, lba as u32),
-            data: Some(MmcData::read(512, blocks, sg)),
-            stop: Some(r1(ResponseType::R1, 12, 0)),
-        }
-    }
 }
 
 /// The controller charges a block request exactly what the simulator's direct

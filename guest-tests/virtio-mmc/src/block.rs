@@ -1,5 +1,5 @@
 //! A block device over virtio-mmc: the main crate's MMC block driver
-//! ([`MmcBlk`], `crates/host/src/blkdrv.rs`: bring-up, queue, scheduler, packing, reliable write,
+//! ([`MmcBlk`], `crates/host/src/blkdrv/`: bring-up, queue, scheduler, packing, reliable write,
 //! flush, discard, HPI and BKOPS policies) running on a [`VirtioMmcHost`]. The same code
 //! the daemon's vhost-user-blk transport runs in-process, here on the far side of the
 //! socket.

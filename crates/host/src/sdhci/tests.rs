@@ -3,7 +3,8 @@
 //! crates/sim/tests/card_device_timing.rs.)
 
 use super::*;
-use crate::mmc::{HostCaps, MmcHost, MMC_CMD23_ARG_REL_WR, MMC_RCA};
+use crate::mmc::{HostCaps, MmcHost, MMC_RCA};
+use crate::testing::{brought_up_with, r1, read_request, write_request};
 use emmc_card::model::DeviceModel;
 use emmc_card::store::MemStore;
 use emmc_card::timing::bus::{ResponseLength, COMMAND_BITS};
@@ -21,17 +22,6 @@ fn mem_card(model: DeviceModel) -> Card {
     Card::new(model, Box::new(MemStore::new(layout))).unwrap()
 }
 
-/// A card brought up by the MMC core through the controller, handed to an `Sdhci`.
-fn brought_up_with(card: Card, caps: &HostCaps, config: SdhciConfig) -> Sdhci {
-    let mut host = MmcHost::with_config(card, config);
-    host.mmc_init_card(caps).expect("bring-up");
-    Sdhci {
-        card: host.card,
-        now: host.now,
-        host: host.sdhci,
-    }
-}
-
 fn brought_up(model: DeviceModel, caps: &HostCaps) -> Sdhci {
     brought_up_with(mem_card(model), caps, SdhciConfig::default())
 }
@@ -44,55 +34,6 @@ fn pattern(seed: u8, len: usize) -> Vec<u8> {
                 .wrapping_add(u32::from(seed) * 7) as u8
         })
         .collect()
-}
-
-fn r1(resp: ResponseType, opcode: u8, arg: u32) -> MmcCommand {
-    MmcCommand::new(opcode, arg, resp)
-}
-
-/// How Linux's block driver asks for a write: CMD24 for one plain block, otherwise
-/// CMD23 (+ flags) and CMD25, with a CMD12 stop for the error path.
-fn write_request<'a, S: DmaSegment>(
-    lba: u64,
-    blocks: u32,
-    reliable: bool,
-    sg: &'a mut [S],
-) -> MmcRequest<'a, S> {
-    if blocks == 1 && !reliable {
-        MmcRequest {
-            sbc: None,
-            cmd: r1(ResponseType::R1, 24, lba as u32),
-            data: Some(MmcData::write(512, 1, sg)),
-            stop: None,
-        }
-    } else {
-        let flags = if reliable { MMC_CMD23_ARG_REL_WR } else { 0 };
-        MmcRequest {
-            sbc: Some(r1(ResponseType::R1, 23, blocks | flags)),
-            cmd: r1(ResponseType::R1, 25, lba as u32),
-            data: Some(MmcData::write(512, blocks, sg)),
-            stop: Some(r1(ResponseType::R1b, 12, 0)),
-        }
-    }
-}
-
-/// CMD17 for one block, otherwise CMD23 + CMD18 (stop for the error path).
-fn read_request<'a, S: DmaSegment>(lba: u64, blocks: u32, sg: &'a mut [S]) -> MmcRequest<'a, S> {
-    if blocks == 1 {
-        MmcRequest {
-            sbc: None,
-            cmd: r1(ResponseType::R1, 17, lba as u32),
-            data: Some(MmcData::read(512, 1, sg)),
-            stop: None,
-        }
-    } else {
-        MmcRequest {
-            sbc: Some(r1(ResponseType::R1, 23, blocks)),
-            cmd: r1(ResponseType::R1, 18, lba as u32),
-            data: Some(MmcData::read(512, blocks, sg)),
-            stop: Some(r1(ResponseType::R1, 12, 0)),
-        }
-    }
 }
 
 fn write(s: &mut Sdhci, lba: u64, data: &[u8]) -> SdhciCompletion {
