@@ -45,7 +45,7 @@ pub(super) struct EraseOp {
 impl Card {
     /// Erase group size in sectors, as ERASE_GROUP_DEF selects.
     pub(super) fn erase_group_sectors(&self) -> u64 {
-        if self.ext_csd[ext_csd::ERASE_GROUP_DEF] & 1 != 0 {
+        if self.regs.hc_erase_groups() {
             self.model.hc_erase_group_sectors()
         } else {
             self.model.legacy_erase_group_sectors()
@@ -195,7 +195,7 @@ impl Card {
             self.cache.invalidate(sector, count);
             if let Err(e) = self.store.fill(sector * 512, count * 512, pattern) {
                 log::error!("erasing {count} sectors at image sector {sector}: {e}");
-                self.status |= r1::ERROR;
+                self.regs.raise(r1::ERROR);
             }
         }
     }

@@ -36,7 +36,7 @@ impl Card {
             cmd.arg,
             r1::describe(bits)
         );
-        let mut s = self.status | bits | (state.number() << r1::CURRENT_STATE_SHIFT);
+        let mut s = self.regs.take_reported() | bits | (state.number() << r1::CURRENT_STATE_SHIFT);
         if self.ready_for_data() {
             s |= r1::READY_FOR_DATA;
         }
@@ -46,7 +46,6 @@ impl Card {
         if self.lock.locked {
             s |= r1::DEVICE_IS_LOCKED;
         }
-        self.status &= !(r1::CLEAR_ON_READ | r1::PREVIOUS_COMMAND);
         Response::R1(s)
     }
 
@@ -91,9 +90,11 @@ impl Card {
     /// Set the health fields: DEVICE_LIFE_TIME_EST_TYP_A/B (0x01: 0–10 % of the life
     /// used … 0x0B: exceeded) and PRE_EOL_INFO (1 normal, 2 warning, 3 urgent).
     pub fn set_wear(&mut self, life_time_est_a: u8, life_time_est_b: u8, pre_eol_info: u8) {
-        self.ext_csd[DEVICE_LIFE_TIME_EST_TYP_A] = life_time_est_a;
-        self.ext_csd[DEVICE_LIFE_TIME_EST_TYP_B] = life_time_est_b;
-        self.ext_csd[PRE_EOL_INFO] = pre_eol_info;
+        self.regs
+            .set_byte(DEVICE_LIFE_TIME_EST_TYP_A, life_time_est_a);
+        self.regs
+            .set_byte(DEVICE_LIFE_TIME_EST_TYP_B, life_time_est_b);
+        self.regs.set_byte(PRE_EOL_INFO, pre_eol_info);
         log::info!(
             "fault: wear: life time A {life_time_est_a:#04x}, B {life_time_est_b:#04x}, pre-EOL {pre_eol_info}"
         );
@@ -118,6 +119,6 @@ impl Card {
 
     /// The EXT_CSD health byte at `offset` as it is stored (for tests and tools).
     pub fn ext_csd_byte(&self, offset: usize) -> u8 {
-        self.ext_csd.get(offset).copied().unwrap_or(0)
+        self.regs.byte_or_zero(offset)
     }
 }

@@ -49,6 +49,7 @@ mod one_or_many;
 mod operation;
 pub mod packed;
 pub mod partition;
+mod parts;
 mod persist;
 mod protect;
 pub mod registers;
@@ -73,6 +74,7 @@ use ext_csd::EXT_CSD_LEN;
 use lock::LockState;
 use operation::Operation;
 use partition::PartitionTable;
+use parts::registers::Registers;
 use persist::PersistentState;
 use protect::WriteProtect;
 use rpmb::Rpmb;
@@ -160,22 +162,13 @@ pub struct Card {
 
     // ---- identification and status
     state: CardState,
-    rca: u16,
-    cid: [u8; 16],
-    csd: [u8; 16],
-    /// CSD byte 14 (the CMD27-programmable bits), persistent.
-    csd_writable: u8,
     /// CMD1 answers busy this many more times before power-up completes.
     ocr_busy_polls: u8,
-    /// Accumulated status bits (errors and flags; the state bits are added on response).
-    status: u32,
     /// The previous command was CMD55.
     app_cmd: bool,
 
     // ---- registers
-    ext_csd: [u8; EXT_CSD_LEN],
-    /// BUS_WIDTH is write-only (reads 0); the card remembers what was written.
-    bus_width: u8,
+    regs: Registers,
     partitions: PartitionTable,
     /// General purpose partitions from a completed partitioning are in effect.
     partitioning_applied: bool,
@@ -239,20 +232,14 @@ impl Card {
         let rpmb = Rpmb::new(layout.rpmb_bytes, Default::default());
         let cache = VolatileCache::new(model.cache_blocks(), store.keeps_data());
         let mut card = Card {
-            cid: registers::build_cid(&model.cid, model.ext_csd.ext_csd_rev),
-            csd: [0; 16],
-            csd_writable: 0,
-            ext_csd: ext_csd::build_ext_csd(&model),
+            regs: Registers::new(&model),
             model,
             store,
             timing,
             now: 0,
             state: CardState::Idle,
-            rca: 0,
             ocr_busy_polls: 1,
-            status: 0,
             app_cmd: false,
-            bus_width: 0,
             partitions,
             partitioning_applied: false,
             block_len: 512,
@@ -300,7 +287,7 @@ impl Card {
             return None;
         }
         if !crc_ok {
-            self.status |= r1::COM_CRC_ERROR;
+            self.regs.raise(r1::COM_CRC_ERROR);
             log::debug!("CMD{} arg {:#010x}: CRC error, ignored", cmd.index, cmd.arg);
             return None;
         }
@@ -347,8 +334,9 @@ impl Card {
         let ready_for_data = self.ready_for_data();
         let handled = (spec.handler)(self, &mut exec);
         let status_of = |card: &mut Card, exec: &Exec| {
-            let mut s =
-                card.status | exec.resp_status | (state.number() << r1::CURRENT_STATE_SHIFT);
+            let mut s = card.regs.take_reported()
+                | exec.resp_status
+                | (state.number() << r1::CURRENT_STATE_SHIFT);
             if ready_for_data {
                 s |= r1::READY_FOR_DATA;
             }
@@ -361,7 +349,6 @@ impl Card {
             if app || cmd.index == 55 {
                 s |= r1::APP_CMD;
             }
-            card.status &= !(r1::CLEAR_ON_READ | r1::PREVIOUS_COMMAND);
             s
         };
         let response = match handled {
@@ -376,8 +363,7 @@ impl Card {
         };
         // "b" bits describe the previous command: any valid command clears them, whatever
         // its response (an R1 above has already reported them).
-        self.status &= !r1::PREVIOUS_COMMAND;
-        self.status |= exec.after_status;
+        self.regs.end_command(exec.after_status);
         if log::log_enabled!(log::Level::Trace) {
             log::trace!(
                 "CMD{} {} arg {:#010x} in {} -> {:?}",
@@ -392,7 +378,7 @@ impl Card {
     }
 
     fn illegal(&mut self, cmd: Command, why: &str) -> Option<Response> {
-        self.status |= r1::ILLEGAL_COMMAND;
+        self.regs.raise(r1::ILLEGAL_COMMAND);
         self.stats.illegal_commands += 1;
         log::debug!(
             "CMD{} arg {:#010x} illegal in {}: {why}",
@@ -412,8 +398,49 @@ impl Card {
     /// no enable bit and is always reported.
     fn exception_event(&self) -> bool {
         let status = self.exception_events_status();
-        let ctrl = ext_csd::read_le(&self.ext_csd, ext_csd::EXCEPTION_EVENTS_CTRL, 2) as u16;
+        let ctrl = self.regs.exception_events_ctrl();
         status & (ctrl | ext_csd::EE_URGENT_BKOPS) != 0
+    }
+
+    /// EXCEPTION_EVENTS_STATUS as the card reports it now.
+    fn exception_events_status(&self) -> u16 {
+        let mut s = 0;
+        if self.bkops_level() >= 2 {
+            s |= ext_csd::EE_URGENT_BKOPS;
+        }
+        if self.packed_failure {
+            s |= ext_csd::EE_PACKED_FAILURE;
+        }
+        s
+    }
+
+    /// Fill in the EXT_CSD bytes that reflect live card state.
+    fn refresh_live_fields(&self, e: &mut [u8; ext_csd::EXT_CSD_LEN]) {
+        ext_csd::write_le(
+            e,
+            ext_csd::EXCEPTION_EVENTS_STATUS,
+            2,
+            u32::from(self.exception_events_status()),
+        );
+        e[ext_csd::BKOPS_STATUS] = self.bkops_level();
+        e[ext_csd::BOOT_WP_STATUS] = self.boot_wp_status();
+        let user = self.partitions.extent(Partition::User).sectors;
+        ext_csd::write_le(
+            e,
+            ext_csd::SEC_COUNT,
+            4,
+            u32::try_from(user).unwrap_or(u32::MAX),
+        );
+        // Write-only fields read as zero.
+        for offset in [
+            ext_csd::FLUSH_CACHE,
+            ext_csd::BKOPS_START,
+            ext_csd::SANITIZE_START,
+            ext_csd::BUS_WIDTH,
+            ext_csd::TCASE_SUPPORT,
+        ] {
+            e[offset] = 0;
+        }
     }
 
     /// Move card time forward to `now` and complete any operation that has finished (a
@@ -434,7 +461,7 @@ impl Card {
     }
 
     pub fn rca(&self) -> u16 {
-        self.rca
+        self.regs.rca()
     }
 
     /// Card time of the latest call.
@@ -453,28 +480,28 @@ impl Card {
     }
 
     pub fn cid(&self) -> [u8; 16] {
-        self.cid
+        self.regs.cid()
     }
 
     pub fn csd(&self) -> [u8; 16] {
-        self.csd
+        self.regs.csd()
     }
 
     /// EXT_CSD as CMD8 would return it now.
     pub fn ext_csd(&self) -> [u8; EXT_CSD_LEN] {
-        let mut e = self.ext_csd;
+        let mut e = *self.regs.ext_csd();
         self.refresh_live_fields(&mut e);
         e
     }
 
     /// HS_TIMING and BUS_WIDTH as last switched, for the host model's bus checks.
     pub fn bus_config(&self) -> (u8, u8) {
-        (self.ext_csd[ext_csd::HS_TIMING], self.bus_width)
+        (self.regs.hs_timing(), self.regs.bus_width())
     }
 
     /// The partition PARTITION_ACCESS currently selects.
     pub fn current_partition(&self) -> Partition {
-        Partition::from_access(self.ext_csd[ext_csd::PARTITION_CONFIG])
+        self.regs.partition_access()
     }
 
     /// Size in sectors of a partition (0 if it does not exist).

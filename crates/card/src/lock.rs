@@ -30,13 +30,13 @@ impl Card {
             Ok(()) => self.save_persistent(),
             Err(why) => {
                 log::debug!("CMD42: LOCK_UNLOCK_FAILED: {why}");
-                self.status |= r1::LOCK_UNLOCK_FAILED;
+                self.regs.raise(r1::LOCK_UNLOCK_FAILED);
             }
         }
     }
 
     fn lock_request(&mut self, block: &[u8]) -> Result<(), &'static str> {
-        if self.ext_csd[ext_csd::USER_WP] & ext_csd::PERM_PSWD_DIS != 0 {
+        if self.regs.user_wp() & ext_csd::PERM_PSWD_DIS != 0 {
             return Err("password protection is permanently disabled");
         }
         let flags = *block.first().ok_or("empty block")?;

@@ -7,7 +7,7 @@
 
 use super::erase::EraseOp;
 use super::one_or_many::OneOrMany;
-use super::{ext_csd, Card, CardState};
+use super::{r1, Card, CardState};
 use crate::timing::{Cost, Nanos, Program, ProgramTarget};
 
 /// One contiguous piece of a write: `count` sectors at absolute image sector `sector`,
@@ -155,7 +155,7 @@ impl Card {
                 None if !self.store.keeps_data() => &[],
                 None => {
                     log::error!("write buffer holds less than the {n} sectors to program");
-                    self.status |= super::r1::ERROR;
+                    self.regs.raise(r1::ERROR);
                     return;
                 }
             };
@@ -175,7 +175,7 @@ impl Card {
                     "programming {n} sectors at image sector {}: {e}",
                     seg.sector
                 );
-                self.status |= super::r1::ERROR;
+                self.regs.raise(r1::ERROR);
                 return;
             }
             self.stats.sectors_written += n;
@@ -187,7 +187,7 @@ impl Card {
         if programmed_medium && !medium_only {
             if let Err(e) = self.store.sync_program() {
                 log::error!("syncing the image: {e}");
-                self.status |= super::r1::ERROR;
+                self.regs.raise(r1::ERROR);
             }
         }
     }
@@ -273,12 +273,7 @@ impl Card {
             OpKind::Program(p) => {
                 let done = Self::sectors_landed(p, Self::sectors_done(&op, p, now));
                 self.commit_program(p, done);
-                ext_csd::write_le(
-                    &mut self.ext_csd,
-                    ext_csd::CORRECTLY_PRG_SECTORS_NUM,
-                    4,
-                    u32::try_from(done).unwrap_or(u32::MAX),
-                );
+                self.regs.set_correctly_programmed(done);
                 log::debug!("HPI: {done} of {} sectors programmed", p.total_sectors());
             }
             OpKind::Erase(e) => {
@@ -354,12 +349,12 @@ impl Card {
             }
             Err(e) => {
                 log::error!("cache flush failed: {e}");
-                self.status |= super::r1::ERROR;
+                self.regs.raise(r1::ERROR);
             }
         }
         if let Err(e) = self.store.sync() {
             log::error!("syncing the image: {e}");
-            self.status |= super::r1::ERROR;
+            self.regs.raise(r1::ERROR);
         }
         let mut cost = self.timing.flush(self.now);
         if dirty > 0 {

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::operation::OpKind;
 use super::partition::Partition;
 use super::status::r1;
-use super::{ext_csd, registers, Card, Exec, Handled};
+use super::{ext_csd, Card, Exec, Handled};
 use crate::timing::SwitchKind;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -132,7 +132,7 @@ impl Card {
         if !partition.has_wp_groups() {
             return self.partition_sectors(partition).max(1);
         }
-        if self.ext_csd[ext_csd::ERASE_GROUP_DEF] & 1 != 0 {
+        if self.regs.hc_erase_groups() {
             self.model.hc_wp_group_sectors()
         } else {
             self.model.legacy_wp_group_sectors()
@@ -147,8 +147,7 @@ impl Card {
 
     /// Whole-card protection from the CSD.
     fn csd_write_protected(&self) -> bool {
-        self.csd_writable & (registers::CSD_TMP_WRITE_PROTECT | registers::CSD_PERM_WRITE_PROTECT)
-            != 0
+        self.regs.csd_write_protected()
     }
 
     /// Would writing `[lba, lba+count)` of `partition` violate write protection?
@@ -212,7 +211,7 @@ impl Card {
         let Some((partition, start, g)) = self.wp_group_of(x) else {
             return Handled::R1b;
         };
-        let user_wp = self.ext_csd[ext_csd::USER_WP];
+        let user_wp = self.regs.user_wp();
         let kind = if user_wp & ext_csd::US_PERM_WP_EN != 0 {
             WpKind::Permanent
         } else if user_wp & ext_csd::US_PWR_WP_EN != 0 {

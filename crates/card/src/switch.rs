@@ -58,7 +58,7 @@ impl Card {
                 Err(format!("command set {cmd_set} is not supported"))
             }
         } else {
-            let old = self.ext_csd[index];
+            let old = self.regs.byte(index);
             let new = match access {
                 ACCESS_SET_BITS => old | value,
                 ACCESS_CLEAR_BITS => old & !value,
@@ -94,7 +94,7 @@ impl Card {
     fn switch_field(&mut self, index: usize, old: u8, new: u8) -> SwitchResult {
         let m = &self.model.ext_csd;
         let partitioning_open = m.partitioning_support & x::PARTITIONING_EN != 0
-            && self.ext_csd[x::PARTITION_SETTING_COMPLETED] & 1 == 0;
+            && self.regs.byte(x::PARTITION_SETTING_COMPLETED) & 1 == 0;
         match index {
             x::FLUSH_CACHE => {
                 if new & !1 != 0 {
@@ -126,7 +126,7 @@ impl Card {
                     effect.extra = self.flush_cache();
                     effect.op = OpKind::Flush;
                 }
-                self.ext_csd[index] = new;
+                self.regs.set_byte(index, new);
                 Ok(effect)
             }
             x::POWER_OFF_NOTIFICATION => {
@@ -141,7 +141,7 @@ impl Card {
                         effect.kind = SwitchKind::PowerOffLong;
                     }
                 }
-                self.ext_csd[index] = new;
+                self.regs.set_byte(index, new);
                 Ok(effect)
             }
             x::EXCEPTION_EVENTS_CTRL => {
@@ -153,7 +153,7 @@ impl Card {
                         new & !allowed
                     ));
                 }
-                self.ext_csd[index] = new;
+                self.regs.set_byte(index, new);
                 Ok(Effect::generic())
             }
             i if i == x::EXCEPTION_EVENTS_CTRL + 1 => {
@@ -174,7 +174,7 @@ impl Card {
                 if context > max {
                     return Err(format!("context {context} is beyond MAX_CONTEXT_ID {max}"));
                 }
-                self.ext_csd[index] = new;
+                self.regs.set_byte(index, new);
                 Ok(Effect::generic())
             }
             x::EXT_PARTITIONS_ATTRIBUTE | 53 => {
@@ -192,7 +192,7 @@ impl Card {
                         return Err(format!("partition type {nibble} is not supported"));
                     }
                 }
-                self.ext_csd[index] = new;
+                self.regs.set_byte(index, new);
                 Ok(Effect::persistent())
             }
             x::USE_NATIVE_SECTOR => {
@@ -202,11 +202,11 @@ impl Card {
                 Ok(Effect::generic())
             }
             i if (x::VENDOR_SPECIFIC_FIELD..x::VENDOR_SPECIFIC_FIELD + 64).contains(&i) => {
-                self.ext_csd[index] = new;
+                self.regs.set_byte(index, new);
                 Ok(Effect::persistent())
             }
             x::PERIODIC_WAKEUP => {
-                self.ext_csd[index] = new;
+                self.regs.set_byte(index, new);
                 Ok(Effect::persistent())
             }
             x::TCASE_SUPPORT => Ok(Effect::generic()),
@@ -214,7 +214,7 @@ impl Card {
                 if new & !1 != 0 || (new != 0 && m.sec_feature_support & x::SEC_BD_BLK_EN == 0) {
                     return Err("secure bad-block management is not supported".into());
                 }
-                self.ext_csd[index] = new;
+                self.regs.set_byte(index, new);
                 Ok(Effect::persistent())
             }
             i if (x::ENH_START_ADDR..x::PARTITION_SETTING_COMPLETED).contains(&i)
@@ -229,7 +229,7 @@ impl Card {
                 {
                     return Err("enhanced attributes are not supported".into());
                 }
-                self.ext_csd[index] = new;
+                self.regs.set_byte(index, new);
                 Ok(Effect::persistent())
             }
             x::PARTITION_SETTING_COMPLETED => {
@@ -247,14 +247,14 @@ impl Card {
                     return Err("partitioning is not supported or already completed".into());
                 }
                 self.check_partition_settings()?;
-                self.ext_csd[index] = 1;
+                self.regs.set_byte(index, 1);
                 Ok(Effect::persistent())
             }
             x::HPI_MGMT => {
                 if new & !x::HPI_EN != 0 || (new != 0 && m.hpi_features & x::HPI_SUPPORT == 0) {
                     return Err("HPI is not supported".into());
                 }
-                self.ext_csd[index] = new;
+                self.regs.set_byte(index, new);
                 Ok(Effect::generic())
             }
             x::RST_N_FUNCTION => {
@@ -264,7 +264,7 @@ impl Card {
                 if old != 0 && new != old {
                     return Err("RST_n_FUNCTION is one-time programmable".into());
                 }
-                self.ext_csd[index] = new;
+                self.regs.set_byte(index, new);
                 Ok(Effect::persistent())
             }
             x::BKOPS_EN => {
@@ -277,11 +277,12 @@ impl Card {
                 if old & x::BKOPS_MANUAL_EN != 0 && new == 0 {
                     return Err("BKOPS_EN is one-time programmable".into());
                 }
-                self.ext_csd[index] = new;
+                self.regs.set_byte(index, new);
                 Ok(Effect::persistent())
             }
             x::BKOPS_START => {
-                if m.bkops_support & 1 == 0 || self.ext_csd[x::BKOPS_EN] & x::BKOPS_MANUAL_EN == 0 {
+                if m.bkops_support & 1 == 0 || self.regs.byte(x::BKOPS_EN) & x::BKOPS_MANUAL_EN == 0
+                {
                     return Err("BKOPS_START needs BKOPS_SUPPORT and BKOPS_EN".into());
                 }
                 // Busy until the outstanding background work is done (or HPI).
@@ -306,14 +307,14 @@ impl Card {
                 if m.wr_rel_param & x::HS_CTRL_REL == 0 || !partitioning_open || new & !0x1F != 0 {
                     return Err("WR_REL_SET is not host-programmable now".into());
                 }
-                self.ext_csd[index] = new;
+                self.regs.set_byte(index, new);
                 Ok(Effect::persistent())
             }
             x::FW_CONFIG => {
                 if new & !1 != 0 {
                     return Err("FW_CONFIG has only Update_Disable".into());
                 }
-                self.ext_csd[index] = new;
+                self.regs.set_byte(index, new);
                 Ok(Effect::persistent())
             }
             x::USER_WP => self.switch_user_wp(old, new),
@@ -322,7 +323,7 @@ impl Card {
                 if new & !1 != 0 {
                     return Err("ERASE_GROUP_DEF has only bit 0".into());
                 }
-                self.ext_csd[index] = new;
+                self.regs.set_byte(index, new);
                 Ok(Effect::generic())
             }
             x::BOOT_BUS_CONDITIONS => {
@@ -332,7 +333,7 @@ impl Card {
                 if self.boot_config_protected() && new != old {
                     return Err("boot configuration is protected".into());
                 }
-                self.ext_csd[index] = new;
+                self.regs.set_byte(index, new);
                 Ok(Effect::persistent())
             }
             x::BOOT_CONFIG_PROT => {
@@ -341,7 +342,7 @@ impl Card {
                     return Err("BOOT_CONFIG_PROT reserved bits".into());
                 }
                 // Protection bits can only be set; they clear by power cycle (PWR) or never.
-                self.ext_csd[index] = old | new;
+                self.regs.set_byte(index, old | new);
                 Ok(Effect::persistent())
             }
             x::PARTITION_CONFIG => self.switch_partition_config(old, new),
@@ -354,11 +355,11 @@ impl Card {
                     let ddr_cap = m.device_type
                         & (x::DEVICE_TYPE_DDR_52_1V8 | x::DEVICE_TYPE_DDR_52_1V2)
                         != 0;
-                    if !ddr_cap || self.ext_csd[x::HS_TIMING] & 0x0F != 1 {
+                    if !ddr_cap || self.regs.byte(x::HS_TIMING) & 0x0F != 1 {
                         return Err("DDR needs DDR support and HS_TIMING high speed".into());
                     }
                 }
-                self.bus_width = new;
+                self.regs.set_bus_width(new);
                 Ok(Effect::generic())
             }
             x::HS_TIMING => {
@@ -369,7 +370,7 @@ impl Card {
                     1 => m.device_type & (x::DEVICE_TYPE_HS_26 | x::DEVICE_TYPE_HS_52) != 0,
                     2 => {
                         m.device_type & (x::DEVICE_TYPE_HS200_1V8 | x::DEVICE_TYPE_HS200_1V2) != 0
-                            && matches!(self.bus_width, 1 | 2)
+                            && matches!(self.regs.bus_width(), 1 | 2)
                     }
                     _ => false,
                 };
@@ -381,14 +382,14 @@ impl Card {
                 if driver != 0 && m.driver_strength & (1 << driver) == 0 {
                     return Err(format!("driver strength type {driver} is not supported"));
                 }
-                self.ext_csd[index] = new;
+                self.regs.set_byte(index, new);
                 Ok(Effect::generic())
             }
             x::POWER_CLASS => {
                 if new > 0x0F {
                     return Err("POWER_CLASS is a 4-bit class".into());
                 }
-                self.ext_csd[index] = new;
+                self.regs.set_byte(index, new);
                 Ok(Effect::generic())
             }
             x::CMD_SET => {
@@ -407,8 +408,7 @@ impl Card {
     }
 
     fn boot_config_protected(&self) -> bool {
-        self.ext_csd[x::BOOT_CONFIG_PROT] & (x::PWR_BOOT_CONFIG_PROT | x::PERM_BOOT_CONFIG_PROT)
-            != 0
+        self.regs.boot_config_protected()
     }
 
     fn switch_partition_config(&mut self, old: u8, new: u8) -> SwitchResult {
@@ -427,7 +427,7 @@ impl Card {
         if (new ^ old) & boot_bits != 0 && self.boot_config_protected() {
             return Err("boot configuration is protected".into());
         }
-        self.ext_csd[x::PARTITION_CONFIG] = new;
+        self.regs.set_byte(x::PARTITION_CONFIG, new);
         let mut effect = Effect {
             persist: (new ^ old) & boot_bits != 0,
             ..Effect::generic()
@@ -464,7 +464,7 @@ impl Card {
         if new & US_PERM_WP_EN != 0 && dis & US_PERM_WP_DIS != 0 {
             return Err("permanent write protection is disabled".into());
         }
-        self.ext_csd[x::USER_WP] = new;
+        self.regs.set_byte(x::USER_WP, new);
         Ok(Effect::persistent())
     }
 
@@ -501,7 +501,7 @@ impl Card {
             }
         }
         // Enable and disable bits stay set until a power cycle (PWR) or forever (PERM).
-        self.ext_csd[x::BOOT_WP] = old | new;
+        self.regs.set_byte(x::BOOT_WP, old | new);
         Ok(Effect::persistent())
     }
 
@@ -511,22 +511,17 @@ impl Card {
         if unit == 0 {
             return Err("HC_WP_GRP_SIZE × HC_ERASE_GRP_SIZE is zero".into());
         }
-        let gp: u64 = self.gp_size_mults().iter().sum::<u64>() * unit;
+        let gp: u64 = self.regs.gp_size_mults().iter().sum::<u64>() * unit;
         let user = self.model.user_bytes() / 512;
         if gp >= user {
             return Err(format!(
                 "general purpose partitions ({gp} sectors) do not fit the user area ({user})"
             ));
         }
-        let enh = u64::from(x::read_le(&self.ext_csd, x::ENH_SIZE_MULT, 3));
+        let enh = u64::from(self.regs.read_le(x::ENH_SIZE_MULT, 3));
         if enh > u64::from(self.model.ext_csd.max_enh_size_mult) {
             return Err("enhanced user area exceeds MAX_ENH_SIZE_MULT".into());
         }
         Ok(())
-    }
-
-    /// GP_SIZE_MULT_1..4 as written by the host.
-    pub(super) fn gp_size_mults(&self) -> [u64; 4] {
-        std::array::from_fn(|i| u64::from(x::read_le(&self.ext_csd, x::GP_SIZE_MULT + 3 * i, 3)))
     }
 }

@@ -8,7 +8,7 @@ use super::packed::{self, Direction, Header, HeaderError};
 use super::partition::Partition;
 use super::rpmb::{RpmbMedium, FRAME_LEN, HALF_SECTOR};
 use super::status::r1;
-use super::{ext_csd, registers, Card, CardState, DataError, Exec, Handled};
+use super::{ext_csd, Card, CardState, DataError, Exec, Handled};
 use crate::store::Store;
 use crate::timing::{Cost, Nanos, ProgramTarget, SwitchKind};
 
@@ -212,8 +212,7 @@ impl Card {
     }
 
     fn cache_enabled(&self) -> bool {
-        self.model.ext_csd.cache_size > 0
-            && self.ext_csd[ext_csd::CACHE_CTRL] & ext_csd::CACHE_EN != 0
+        self.model.ext_csd.cache_size > 0 && self.regs.cache_on()
     }
 
     fn enhanced_reliable_write(&self) -> bool {
@@ -263,7 +262,7 @@ impl Card {
     pub(super) fn cmd19_bustest_w(&mut self, _x: &mut Exec) -> Handled {
         self.transfer = Transfer::WriteBuffer {
             sink: Sink::BusTest,
-            block_len: self.bus_width_bytes(),
+            block_len: self.regs.bus_width_bytes(),
         };
         self.state = CardState::Btst;
         Handled::R1
@@ -279,18 +278,9 @@ impl Card {
         self.send_buffer(len)
     }
 
-    /// Bytes per bus clock: the unit of the bus-test pattern.
-    fn bus_width_bytes(&self) -> usize {
-        match self.bus_width & 0x0F {
-            1 | 5 => 4,
-            2 | 6 => 8,
-            _ => 1,
-        }
-    }
-
     pub(super) fn cmd21_send_tuning_block(&mut self, _x: &mut Exec) -> Handled {
-        let hs200 = self.ext_csd[ext_csd::HS_TIMING] & 0x0F == 2;
-        let pattern: &[u8] = match self.bus_width {
+        let hs200 = self.regs.hs_timing() & 0x0F == 2;
+        let pattern: &[u8] = match self.regs.bus_width() {
             1 => &TUNING_BLOCK_4BIT,
             2 => &TUNING_BLOCK_8BIT,
             _ => return Handled::Illegal("CMD21 needs a 4- or 8-bit SDR bus"),
@@ -516,8 +506,7 @@ impl Card {
     // ---- packed commands ----------------------------------------------------------------
 
     fn clear_packed_status(&mut self) {
-        self.ext_csd[ext_csd::PACKED_COMMAND_STATUS] = 0;
-        self.ext_csd[ext_csd::PACKED_FAILURE_INDEX] = 0;
+        self.regs.clear_packed_failure();
         self.packed_failure = false;
     }
 
@@ -527,12 +516,7 @@ impl Card {
         log::debug!("packed command failed at entry {index:?}: {why}");
         self.stats.packed_failures += 1;
         self.packed_failure = true;
-        let mut status = ext_csd::PACKED_STATUS_ERROR;
-        if let Some(i) = index {
-            status |= ext_csd::PACKED_STATUS_INDEXED_ERROR;
-            self.ext_csd[ext_csd::PACKED_FAILURE_INDEX] = i.min(255) as u8;
-        }
-        self.ext_csd[ext_csd::PACKED_COMMAND_STATUS] = status;
+        self.regs.set_packed_failure(index);
     }
 
     /// CMD25 after CMD23 with the packed bit: receive header and data, check at the end.
@@ -688,7 +672,7 @@ impl Card {
                 for (i, e) in h.entries.iter().enumerate() {
                     if let Err(bits) = self.check_entry(partition, e, false) {
                         self.packed_failed(Some(i + 1), &r1::describe(bits));
-                        self.status |= bits;
+                        self.regs.raise(bits);
                         self.packed_read = None;
                         return;
                     }
@@ -697,7 +681,7 @@ impl Card {
             }
             Err(e) => {
                 self.packed_failed(None, &e.to_string());
-                self.status |= r1::ERROR;
+                self.regs.raise(r1::ERROR);
                 self.packed_read = None;
             }
         }
@@ -817,7 +801,7 @@ impl Card {
             Ok(false) => {}
             Err(e) => {
                 log::warn!("RPMB write: {e}");
-                self.status |= r1::ERROR;
+                self.regs.raise(r1::ERROR);
             }
         }
         let cost = self.timing.program(
@@ -950,7 +934,7 @@ impl Card {
         sw.received += accepted;
         sw.buffered += accepted;
         if refusal != 0 {
-            self.status |= refusal;
+            self.regs.raise(refusal);
             sw.failed = true;
             let done = sw.received;
             self.transfer = Transfer::WriteSectors(sw);
@@ -973,7 +957,7 @@ impl Card {
         if complete {
             let mut after = 0;
             self.finish_write(&mut after, false);
-            self.status |= after;
+            self.regs.raise(after);
         }
         Ok(())
     }
@@ -1035,7 +1019,7 @@ impl Card {
             Sink::GenCmd => {}
             Sink::ProgramCid => {
                 // The CID is programmed once, by the manufacturer.
-                self.status |= r1::CID_CSD_OVERWRITE;
+                self.regs.raise(r1::CID_CSD_OVERWRITE);
             }
             Sink::ProgramCsd => self.program_csd(data),
             Sink::LockUnlock => self.lock_unlock(data),
@@ -1044,20 +1028,14 @@ impl Card {
         self.begin_op(cost.busy_ns, OpKind::Busy);
     }
 
-    /// CMD27: only the programmable bits of CSD byte 14 may differ; COPY and
-    /// PERM_WRITE_PROTECT are one-time programmable.
+    /// CMD27: the registers part checks the block (see `Registers::program_csd`); a new
+    /// byte 14 is saved.
     fn program_csd(&mut self, data: &[u8]) {
-        let new = data[14];
-        let fixed_differs = data[..14] != self.csd[..14];
-        let otp = registers::CSD_ONE_TIME_PROGRAMMABLE;
-        let cleared_otp = self.csd_writable & otp & !new != 0;
-        if fixed_differs || cleared_otp {
-            self.status |= r1::CID_CSD_OVERWRITE;
-            return;
+        if self.regs.program_csd(&self.model, data) {
+            self.save_persistent();
+        } else {
+            self.regs.raise(r1::CID_CSD_OVERWRITE);
         }
-        self.csd_writable = new;
-        self.csd = registers::build_csd(&self.model, self.csd_writable);
-        self.save_persistent();
     }
 
     /// Send data blocks of the transfer in progress to the host. `buf` holds whole blocks
@@ -1132,7 +1110,7 @@ impl Card {
             let out = &mut buf[done as usize * SECTOR..(done + n) as usize * SECTOR];
             if let Err(e) = self.store.read_at(abs * SECTOR as u64, out) {
                 log::error!("reading {n} sectors at image sector {abs}: {e}");
-                self.status |= r1::ERROR;
+                self.regs.raise(r1::ERROR);
                 self.transfer = Transfer::ReadSectors(sr);
                 return Err(DataError::Stopped {
                     blocks_done: done,
@@ -1160,7 +1138,7 @@ impl Card {
                     status: "end of boot partition".into(),
                 });
             }
-            self.status |= r1::ADDRESS_OUT_OF_RANGE;
+            self.regs.raise(r1::ADDRESS_OUT_OF_RANGE);
             return Err(DataError::Stopped {
                 blocks_done: done,
                 status: r1::describe(r1::ADDRESS_OUT_OF_RANGE),

@@ -1,0 +1,8 @@
+//! The parts a [`Card`](crate::Card) is composed of. Each part owns its state and the
+//! logic that touches only that state, behind small methods, and has its own unit tests;
+//! the card keeps the orchestration: command dispatch and the rules that span parts
+//! (a write checks the partition *and* write protection, then goes busy …).
+//!
+//! - [`registers`]: CID, CSD, EXT_CSD bytes, BUS_WIDTH, RCA, R1 status bits.
+
+pub(crate) mod registers;
