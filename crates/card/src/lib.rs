@@ -73,7 +73,7 @@ use cache::VolatileCache;
 use ext_csd::EXT_CSD_LEN;
 use lock::LockState;
 use operation::Operation;
-use partition::PartitionTable;
+use parts::partitions::Partitions;
 use parts::registers::Registers;
 use persist::PersistentState;
 use protect::WriteProtect;
@@ -169,9 +169,7 @@ pub struct Card {
 
     // ---- registers
     regs: Registers,
-    partitions: PartitionTable,
-    /// General purpose partitions from a completed partitioning are in effect.
-    partitioning_applied: bool,
+    partitions: Partitions,
 
     // ---- transfers
     block_len: u32,
@@ -227,8 +225,7 @@ impl Card {
         timing: Box<dyn Timing + Send>,
     ) -> Result<Card, CardError> {
         let layout = store.layout();
-        let partitions =
-            PartitionTable::new(&layout, [0; 4]).ok_or(CardError::PartitionsDoNotFit)?;
+        let partitions = Partitions::new(layout).ok_or(CardError::PartitionsDoNotFit)?;
         let rpmb = Rpmb::new(layout.rpmb_bytes, Default::default());
         let cache = VolatileCache::new(model.cache_blocks(), store.keeps_data());
         let mut card = Card {
@@ -241,7 +238,6 @@ impl Card {
             ocr_busy_polls: 1,
             app_cmd: false,
             partitions,
-            partitioning_applied: false,
             block_len: 512,
             sbc: None,
             transfer: Transfer::None,

@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::partition::PartitionTable;
 use super::protect::WpRecord;
 use super::rpmb::{Rpmb, RpmbPersistent};
 use super::status::r1;
@@ -68,11 +67,12 @@ impl Card {
                 .restore_non_volatile(offset, value)
                 .map_err(CardError::BadState)?;
         }
-        if s.partitioning_applied {
-            self.partitions = PartitionTable::new(&self.store.layout(), s.gp_sectors)
-                .ok_or(CardError::PartitionsDoNotFit)?;
+        if !self
+            .partitions
+            .restore(s.partitioning_applied, s.gp_sectors)
+        {
+            return Err(CardError::PartitionsDoNotFit);
         }
-        self.partitioning_applied = s.partitioning_applied;
         self.regs.set_csd_writable(&self.model, s.csd_writable);
         self.lock.password = match s.password {
             Some(h) => {
@@ -89,15 +89,10 @@ impl Card {
 
     fn persistent_state(&self) -> PersistentState {
         let ext_csd = self.regs.non_volatile();
-        let gp_sectors = std::array::from_fn(|i| {
-            self.partitions
-                .extent(super::Partition::Gp(i as u8))
-                .sectors
-        });
         PersistentState {
             ext_csd,
-            gp_sectors,
-            partitioning_applied: self.partitioning_applied,
+            gp_sectors: self.partitions.gp_sectors(),
+            partitioning_applied: self.partitions.applied(),
             csd_writable: self.regs.csd_writable(),
             password: self.lock.password.as_deref().map(hex),
             rpmb: self.rpmb.persistent().clone(),
@@ -122,19 +117,16 @@ impl Card {
     /// Partitioning completed before the last power cycle takes effect now: the general
     /// purpose partitions appear and the user area (SEC_COUNT) shrinks.
     pub(super) fn apply_pending_partitioning(&mut self) {
-        if self.partitioning_applied || !self.regs.partitioning_completed() {
+        if self.partitions.applied() || !self.regs.partitioning_completed() {
             return;
         }
         let unit = self.model.hc_wp_group_sectors();
         let gp = self.regs.gp_size_mults().map(|m| m * unit);
-        match PartitionTable::new(&self.store.layout(), gp) {
-            Some(table) => {
-                log::info!("partitioning takes effect: GP sectors {gp:?}");
-                self.partitions = table;
-                self.partitioning_applied = true;
-                self.save_persistent();
-            }
-            None => log::error!("completed partitioning does not fit the user area; ignored"),
+        if self.partitions.apply(gp) {
+            log::info!("partitioning takes effect: GP sectors {gp:?}");
+            self.save_persistent();
+        } else {
+            log::error!("completed partitioning does not fit the user area; ignored");
         }
     }
 }

@@ -5,6 +5,7 @@
 
 use super::operation::OpKind;
 use super::partition::Partition;
+use super::parts::partitions;
 use super::status::r1;
 use super::{ext_csd as x, Card, Exec, Handled};
 use crate::timing::{Cost, SwitchKind};
@@ -507,21 +508,12 @@ impl Card {
 
     /// Check GP/enhanced sizes before PARTITION_SETTING_COMPLETED is accepted.
     fn check_partition_settings(&self) -> Result<(), String> {
-        let unit = self.model.hc_wp_group_sectors();
-        if unit == 0 {
-            return Err("HC_WP_GRP_SIZE × HC_ERASE_GRP_SIZE is zero".into());
-        }
-        let gp: u64 = self.regs.gp_size_mults().iter().sum::<u64>() * unit;
-        let user = self.model.user_bytes() / 512;
-        if gp >= user {
-            return Err(format!(
-                "general purpose partitions ({gp} sectors) do not fit the user area ({user})"
-            ));
-        }
-        let enh = u64::from(self.regs.read_le(x::ENH_SIZE_MULT, 3));
-        if enh > u64::from(self.model.ext_csd.max_enh_size_mult) {
-            return Err("enhanced user area exceeds MAX_ENH_SIZE_MULT".into());
-        }
-        Ok(())
+        partitions::check_settings(
+            self.model.hc_wp_group_sectors(),
+            self.regs.gp_size_mults(),
+            self.model.user_bytes() / 512,
+            u64::from(self.regs.read_le(x::ENH_SIZE_MULT, 3)),
+            u64::from(self.model.ext_csd.max_enh_size_mult),
+        )
     }
 }

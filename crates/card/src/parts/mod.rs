@@ -4,5 +4,7 @@
 //! (a write checks the partition *and* write protection, then goes busy …).
 //!
 //! - [`registers`]: CID, CSD, EXT_CSD bytes, BUS_WIDTH, RCA, R1 status bits.
+//! - [`partitions`]: the partition geometry in effect, and whether partitioning applied.
 
+pub(crate) mod partitions;
 pub(crate) mod registers;
