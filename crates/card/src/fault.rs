@@ -43,7 +43,7 @@ impl Card {
         if self.exception_event() {
             s |= r1::EXCEPTION_EVENT;
         }
-        if self.lock.locked {
+        if self.protection.locked() {
             s |= r1::DEVICE_IS_LOCKED;
         }
         Response::R1(s)

@@ -49,8 +49,7 @@ impl Card {
         self.soft_reset();
         // R/W/C_P bits: cleared by a power cycle only.
         self.regs.power_on_reset();
-        self.protect.power_on_reset();
-        self.lock.locked = self.lock.password.is_some();
+        self.protection.power_on_reset();
         self.op = None;
         self.state = CardState::Idle;
     }

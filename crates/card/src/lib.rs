@@ -43,7 +43,6 @@ pub mod ext_csd;
 pub mod fault;
 mod ident;
 pub mod inspect;
-mod lock;
 pub mod model;
 mod one_or_many;
 mod operation;
@@ -71,12 +70,11 @@ use crate::timing::{Nanos, Timing};
 
 use cache::VolatileCache;
 use ext_csd::EXT_CSD_LEN;
-use lock::LockState;
 use operation::Operation;
 use parts::partitions::Partitions;
+use parts::protection::Protection;
 use parts::registers::Registers;
 use persist::PersistentState;
-use protect::WriteProtect;
 use rpmb::Rpmb;
 use transfer::{Sbc, Transfer};
 
@@ -195,8 +193,7 @@ pub struct Card {
 
     // ---- features
     cache: VolatileCache,
-    protect: WriteProtect,
-    lock: LockState,
+    protection: Protection,
     rpmb: Rpmb,
     stats: CardStats,
 }
@@ -252,8 +249,7 @@ impl Card {
             op: None,
             bkops_outstanding_ns: 0,
             cache,
-            protect: WriteProtect::default(),
-            lock: LockState::default(),
+            protection: Protection::default(),
             rpmb,
             stats: CardStats::default(),
         };
@@ -299,7 +295,7 @@ impl Card {
         if !spec.legal.contains(state) {
             return self.illegal(cmd, "not legal in this state");
         }
-        if self.lock.locked && matches!(spec.class, 2 | 4 | 5 | 6) && cmd.index != 16 {
+        if self.protection.locked() && matches!(spec.class, 2 | 4 | 5 | 6) && cmd.index != 16 {
             return self.illegal(cmd, "card is locked");
         }
         if self.fault_r1 != 0
@@ -339,7 +335,7 @@ impl Card {
             if card.exception_event() {
                 s |= r1::EXCEPTION_EVENT;
             }
-            if card.lock.locked {
+            if card.protection.locked() {
                 s |= r1::DEVICE_IS_LOCKED;
             }
             if app || cmd.index == 55 {
@@ -419,7 +415,7 @@ impl Card {
             u32::from(self.exception_events_status()),
         );
         e[ext_csd::BKOPS_STATUS] = self.bkops_level();
-        e[ext_csd::BOOT_WP_STATUS] = self.boot_wp_status();
+        e[ext_csd::BOOT_WP_STATUS] = self.protection.boot_wp_status();
         let user = self.partitions.extent(Partition::User).sectors;
         ext_csd::write_le(
             e,

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::protect::WpRecord;
+use super::parts::protection::WpRecord;
 use super::rpmb::{Rpmb, RpmbPersistent};
 use super::status::r1;
 use super::{Card, CardError};
@@ -74,15 +74,15 @@ impl Card {
             return Err(CardError::PartitionsDoNotFit);
         }
         self.regs.set_csd_writable(&self.model, s.csd_writable);
-        self.lock.password = match s.password {
+        let password = match s.password {
             Some(h) => {
                 Some(unhex(&h).ok_or_else(|| CardError::BadState("password is not hex".into()))?)
             }
             None => None,
         };
         self.rpmb = Rpmb::new(self.store.layout().rpmb_bytes, s.rpmb);
-        self.protect.restore(&s.write_protect);
-        self.protect.boot_permanent = s.boot_wp_permanent;
+        self.protection
+            .restore(&s.write_protect, s.boot_wp_permanent, password);
         self.apply_pending_partitioning();
         Ok(())
     }
@@ -94,10 +94,10 @@ impl Card {
             gp_sectors: self.partitions.gp_sectors(),
             partitioning_applied: self.partitions.applied(),
             csd_writable: self.regs.csd_writable(),
-            password: self.lock.password.as_deref().map(hex),
+            password: self.protection.password().map(hex),
             rpmb: self.rpmb.persistent().clone(),
-            write_protect: self.protect.records(),
-            boot_wp_permanent: self.protect.boot_permanent,
+            write_protect: self.protection.records(),
+            boot_wp_permanent: self.protection.boot_permanent(),
         }
     }
 

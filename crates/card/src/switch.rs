@@ -470,10 +470,7 @@ impl Card {
     }
 
     fn switch_boot_wp(&mut self, old: u8, new: u8) -> SwitchResult {
-        use x::{
-            B_PERM_WP_DIS, B_PERM_WP_EN, B_PERM_WP_SEC_SEL, B_PWR_WP_DIS, B_PWR_WP_EN,
-            B_PWR_WP_SEC_SEL, B_SEC_WP_SEL,
-        };
+        use x::{B_PERM_WP_DIS, B_PERM_WP_EN, B_PWR_WP_DIS, B_PWR_WP_EN};
         if new & (1 << 5) != 0 {
             return Err("BOOT_WP bit 5 is reserved".into());
         }
@@ -483,24 +480,7 @@ impl Card {
         if new & B_PWR_WP_EN != 0 && (old | new) & B_PWR_WP_DIS != 0 {
             return Err("power-on boot write protection is disabled".into());
         }
-        let areas = |sel: u8| -> [bool; 2] {
-            if new & B_SEC_WP_SEL != 0 {
-                let second = new & sel != 0;
-                [!second, second]
-            } else {
-                [true, true]
-            }
-        };
-        if new & B_PWR_WP_EN != 0 {
-            for (i, on) in areas(B_PWR_WP_SEC_SEL).into_iter().enumerate() {
-                self.protect.boot_power_on[i] |= on;
-            }
-        }
-        if new & B_PERM_WP_EN != 0 {
-            for (i, on) in areas(B_PERM_WP_SEC_SEL).into_iter().enumerate() {
-                self.protect.boot_permanent[i] |= on;
-            }
-        }
+        self.protection.latch_boot_wp(new);
         // Enable and disable bits stay set until a power cycle (PWR) or forever (PERM).
         self.regs.set_byte(x::BOOT_WP, old | new);
         Ok(Effect::persistent())

@@ -5,6 +5,9 @@
 //!
 //! - [`registers`]: CID, CSD, EXT_CSD bytes, BUS_WIDTH, RCA, R1 status bits.
 //! - [`partitions`]: the partition geometry in effect, and whether partitioning applied.
+//! - [`protection`]: write-protect groups, boot-area protection, the CMD42 password and
+//!   lock.
 
 pub(crate) mod partitions;
+pub(crate) mod protection;
 pub(crate) mod registers;
