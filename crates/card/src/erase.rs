@@ -7,8 +7,8 @@
 //! ERASED_MEM_CONT says. Write-protected groups are skipped with WP_ERASE_SKIP. The erase
 //! takes effect when its busy period ends; an HPI abandons it.
 
-use super::operation::OpKind;
 use super::partition::Partition;
+use super::parts::busy::OpKind;
 use super::status::r1;
 use super::{ext_csd, Card, Exec, Handled};
 use crate::timing::{Erase, EraseKind};
@@ -170,7 +170,7 @@ impl Card {
         };
         self.stats.erases += 1;
         let cost = self.timing.erase(self.now, &erase);
-        self.bkops_outstanding_ns = self.bkops_outstanding_ns.saturating_add(cost.background_ns);
+        self.busy.add_background(cost.background_ns);
         self.begin_op(cost.busy_ns, OpKind::Erase(EraseOp { erase, runs }));
         Handled::R1b
     }

@@ -60,11 +60,9 @@ impl Card {
     /// Lengthen the current busy period (DAT0 low) by `ns`. `stuck`: the lengthened
     /// operation yields to HPI whatever its kind. Returns false when the card is not busy.
     pub fn extend_busy(&mut self, ns: Nanos, stuck: bool) -> bool {
-        let Some(op) = self.op.as_mut() else {
+        if !self.busy.extend(ns, stuck) {
             return false;
-        };
-        op.end = op.end.saturating_add(ns);
-        op.stuck |= stuck;
+        }
         log::info!("fault: busy lengthened by {ns} ns (stuck: {stuck})");
         true
     }

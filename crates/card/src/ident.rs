@@ -1,7 +1,7 @@
 //! Identification, selection, status, sleep and reset: CMD0, 1, 2, 3, 4, 5, 7, 9, 10, 13,
 //! 15, 39, 40, 55 — and power-on, power loss and clean shutdown.
 
-use super::operation::OpKind;
+use super::parts::busy::OpKind;
 use super::status::r1;
 use super::{registers, Card, CardState, Exec, Handled, Partition};
 use crate::timing::Nanos;
@@ -50,7 +50,7 @@ impl Card {
         // R/W/C_P bits: cleared by a power cycle only.
         self.regs.power_on_reset();
         self.protection.power_on_reset();
-        self.op = None;
+        self.busy.clear();
         self.state = CardState::Idle;
     }
 
@@ -95,11 +95,9 @@ impl Card {
         // A software reset ends whatever was going on. Programming in flight completes
         // (the card is not powered down); cached data is written back, since CMD0 resets
         // CACHE_EN and nothing would flush it later.
-        if let Some(op) = self.op.take() {
-            let end = op.end;
-            self.op = Some(op);
+        if let Some(end) = self.busy.until() {
             self.advance(end);
-            self.op = None;
+            self.busy.clear();
         }
         self.flush_cache();
         self.soft_reset();

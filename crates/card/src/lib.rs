@@ -70,7 +70,7 @@ use crate::timing::{Nanos, Timing};
 
 use cache::VolatileCache;
 use ext_csd::EXT_CSD_LEN;
-use operation::Operation;
+use parts::busy::Busy;
 use parts::partitions::Partitions;
 use parts::protection::Protection;
 use parts::registers::Registers;
@@ -188,8 +188,7 @@ pub struct Card {
     fault_packed_index: Option<usize>,
 
     // ---- busy operations and background work
-    op: Option<Operation>,
-    bkops_outstanding_ns: Nanos,
+    busy: Busy,
 
     // ---- features
     cache: VolatileCache,
@@ -246,8 +245,7 @@ impl Card {
             secure_trim_marks: Vec::new(),
             fault_r1: 0,
             fault_packed_index: None,
-            op: None,
-            bkops_outstanding_ns: 0,
+            busy: Busy::default(),
             cache,
             protection: Protection::default(),
             rpmb,
@@ -383,7 +381,7 @@ impl Card {
 
     /// READY_FOR_DATA: the card can accept data (not busy programming).
     fn ready_for_data(&self) -> bool {
-        !matches!(self.state, CardState::Prg | CardState::Dis) && self.op.is_none()
+        !matches!(self.state, CardState::Prg | CardState::Dis) && !self.busy.is_busy()
     }
 
     /// R1 EXCEPTION_EVENT: an enabled EXCEPTION_EVENTS_STATUS bit is set. URGENT_BKOPS has
@@ -463,7 +461,7 @@ impl Card {
 
     /// The instant the current busy operation ends (DAT0 is held low until then).
     pub fn busy_until(&self) -> Option<Nanos> {
-        self.op.as_ref().map(|op| op.end)
+        self.busy.until()
     }
 
     /// Block length of the data transfer in progress (the host's block size must match).
@@ -517,7 +515,7 @@ impl Card {
 
     /// Add background work, as a timing model or a fault plan would.
     pub fn add_background_work(&mut self, ns: Nanos) {
-        self.bkops_outstanding_ns = self.bkops_outstanding_ns.saturating_add(ns);
+        self.busy.add_background(ns);
     }
 
     /// Acknowledged writes that are not yet durable: sorted runs of (absolute sector in the

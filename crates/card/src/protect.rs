@@ -4,8 +4,8 @@
 //! `parts/protection.rs`; the card decodes addresses into groups, saves what persists
 //! and goes busy.
 
-use super::operation::OpKind;
 use super::partition::Partition;
+use super::parts::busy::OpKind;
 use super::parts::protection::{LockOutcome, WpKind};
 use super::status::r1;
 use super::{ext_csd, Card, Exec, Handled};

@@ -3,8 +3,8 @@
 //! the card does not support, a one-time field already set) is refused with SWITCH_ERROR,
 //! reported in the next status as the spec's "x" type requires, and changes nothing.
 
-use super::operation::OpKind;
 use super::partition::Partition;
+use super::parts::busy::OpKind;
 use super::parts::partitions;
 use super::status::r1;
 use super::{ext_csd as x, Card, Exec, Handled};
@@ -75,8 +75,7 @@ impl Card {
                 }
                 let switch = self.timing.switch(self.now, effect.kind);
                 let cost = switch + effect.extra;
-                self.bkops_outstanding_ns =
-                    self.bkops_outstanding_ns.saturating_add(cost.background_ns);
+                self.busy.add_background(cost.background_ns);
                 let mut op = effect.op;
                 if let OpKind::Bkops { overhead_ns } = &mut op {
                     *overhead_ns = switch.busy_ns;

@@ -3,9 +3,9 @@
 //! programming; and the block-level data API ([`Card::read_data`], [`Card::write_data`]).
 
 use super::one_or_many::OneOrMany;
-use super::operation::{OpKind, ProgramOp, Segment};
 use super::packed::{self, Direction, Header, HeaderError};
 use super::partition::Partition;
+use super::parts::busy::{OpKind, ProgramOp, Segment};
 use super::rpmb::{RpmbMedium, FRAME_LEN, HALF_SECTOR};
 use super::status::r1;
 use super::{ext_csd, Card, CardState, DataError, Exec, Handled};

@@ -5,9 +5,12 @@
 //!
 //! - [`registers`]: CID, CSD, EXT_CSD bytes, BUS_WIDTH, RCA, R1 status bits.
 //! - [`partitions`]: the partition geometry in effect, and whether partitioning applied.
+//! - [`busy`]: the operation keeping the card busy, until when, and the background work
+//!   owed.
 //! - [`protection`]: write-protect groups, boot-area protection, the CMD42 password and
 //!   lock.
 
+pub(crate) mod busy;
 pub(crate) mod partitions;
 pub(crate) mod protection;
 pub(crate) mod registers;
