@@ -2,6 +2,7 @@
 //! 15, 39, 40, 55 — and power-on, power loss and clean shutdown.
 
 use super::parts::busy::OpKind;
+use super::parts::data::Transfer;
 use super::status::r1;
 use super::{registers, Card, CardState, Exec, Handled, Partition};
 use crate::timing::Nanos;
@@ -33,12 +34,9 @@ impl Card {
     /// (EXT_CSD access types ending in `_P`), and of the volatile command state.
     pub(super) fn soft_reset(&mut self) {
         self.regs.soft_reset();
-        self.block_len = 512;
         self.app_cmd = false;
-        self.sbc = None;
-        self.transfer = super::transfer::Transfer::None;
+        self.data.reset();
         self.erase_seq = Default::default();
-        self.packed_read = None;
         self.ocr_busy_polls = 1;
         self.rpmb.reset_volatile();
     }
@@ -192,7 +190,7 @@ impl Card {
             }
             (CardState::Stby, false) | (CardState::Dis, false) => Handled::NoResponse,
             (CardState::Tran | CardState::Data, false) => {
-                self.transfer = super::transfer::Transfer::None;
+                self.data.stop();
                 self.state = CardState::Stby;
                 Handled::NoResponse
             }
@@ -281,8 +279,8 @@ impl Card {
         if !self.partitions.exists(partition) {
             return;
         }
-        self.transfer =
-            super::transfer::Transfer::boot(partition, self.partition_sectors(partition));
+        let sectors = self.partition_sectors(partition);
+        self.data.set(Transfer::boot(partition, sectors));
         self.state = CardState::Boot;
     }
 }

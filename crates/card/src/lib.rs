@@ -71,12 +71,12 @@ use crate::timing::{Nanos, Timing};
 use cache::VolatileCache;
 use ext_csd::EXT_CSD_LEN;
 use parts::busy::Busy;
+use parts::data::{DataTransfer, Sbc};
 use parts::partitions::Partitions;
 use parts::protection::Protection;
 use parts::registers::Registers;
 use persist::PersistentState;
 use rpmb::Rpmb;
-use transfer::{Sbc, Transfer};
 
 /// Errors building or reopening a card.
 #[derive(Debug, thiserror::Error)]
@@ -170,17 +170,8 @@ pub struct Card {
     partitions: Partitions,
 
     // ---- transfers
-    block_len: u32,
-    sbc: Option<Sbc>,
-    transfer: Transfer,
-    /// Data received for the current write (and kept until it is programmed).
-    write_buf: Vec<u8>,
-    /// Data prepared for the current register-like read.
-    read_buf: Vec<u8>,
+    data: DataTransfer,
     erase_seq: erase::EraseSequence,
-    packed_read: Option<Vec<packed::Entry>>,
-    /// EXCEPTION_EVENTS_STATUS.PACKED_FAILURE: the last packed command failed.
-    packed_failure: bool,
     secure_trim_marks: Vec<(u64, u64)>,
     /// A fault plan's R1 error bits: the next command is refused with them.
     fault_r1: u32,
@@ -234,14 +225,8 @@ impl Card {
             ocr_busy_polls: 1,
             app_cmd: false,
             partitions,
-            block_len: 512,
-            sbc: None,
-            transfer: Transfer::None,
-            write_buf: Vec::new(),
-            read_buf: Vec::new(),
+            data: DataTransfer::default(),
             erase_seq: Default::default(),
-            packed_read: None,
-            packed_failure: false,
             secure_trim_marks: Vec::new(),
             fault_r1: 0,
             fault_packed_index: None,
@@ -286,7 +271,7 @@ impl Card {
             self.state = CardState::Stby;
             return None;
         }
-        let sbc = self.sbc.take();
+        let sbc = self.data.take_block_count();
         let Some(spec) = command::spec(cmd.index) else {
             return self.illegal(cmd, "not an eMMC 4.5 command");
         };
@@ -398,7 +383,7 @@ impl Card {
         if self.bkops_level() >= 2 {
             s |= ext_csd::EE_URGENT_BKOPS;
         }
-        if self.packed_failure {
+        if self.data.packed_failure() {
             s |= ext_csd::EE_PACKED_FAILURE;
         }
         s
@@ -466,7 +451,7 @@ impl Card {
 
     /// Block length of the data transfer in progress (the host's block size must match).
     pub fn transfer_block_len(&self) -> Option<usize> {
-        self.transfer.block_len(self.block_len as usize)
+        self.data.transfer_block_len()
     }
 
     pub fn cid(&self) -> [u8; 16] {

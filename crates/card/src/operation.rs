@@ -75,7 +75,8 @@ impl Card {
             }
             // Without a data-keeping store the write buffer holds no sector data.
             let data = match self
-                .write_buf
+                .data
+                .write_buf()
                 .get(seg.buf_offset..seg.buf_offset + n as usize * 512)
             {
                 Some(data) => data,

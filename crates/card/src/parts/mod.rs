@@ -5,12 +5,15 @@
 //!
 //! - [`registers`]: CID, CSD, EXT_CSD bytes, BUS_WIDTH, RCA, R1 status bits.
 //! - [`partitions`]: the partition geometry in effect, and whether partitioning applied.
+//! - [`data`]: the data phase in progress: CMD16 block length, CMD23 count, the
+//!   transfer, the write and read buffers, packed-read entries and packed failure.
 //! - [`busy`]: the operation keeping the card busy, until when, and the background work
 //!   owed.
 //! - [`protection`]: write-protect groups, boot-area protection, the CMD42 password and
 //!   lock.
 
 pub(crate) mod busy;
+pub(crate) mod data;
 pub(crate) mod partitions;
 pub(crate) mod protection;
 pub(crate) mod registers;
