@@ -31,7 +31,8 @@
 //!   ([`Card::transfer_block_len`]).
 //!
 //! Module map: `command` (the table), `ident` (identification, selection, status, sleep),
-//! `transfer` (data commands, packed commands), `switch` (CMD6 / EXT_CSD), `erase`,
+//! `transfer` (data commands, packed commands), `rpmb_io` (RPMB frames on the bus),
+//! `switch` (CMD6 / EXT_CSD), `erase`,
 //! `protect` (write protection), `lock` (CMD42), `operation` (busy operations, HPI, BKOPS,
 //! power loss), `cache` (volatile cache and durability), `partition`, `persist`.
 
@@ -53,6 +54,7 @@ mod persist;
 mod protect;
 pub mod registers;
 pub mod rpmb;
+mod rpmb_io;
 pub mod status;
 pub mod store;
 mod switch;

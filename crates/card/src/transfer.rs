@@ -1,16 +1,15 @@
 //! Data commands and data phases: CMD8, 12, 14, 16, 17, 18, 19, 21, 23, 24, 25, 26, 27,
-//! 30, 31, 42, 56; packed reads and writes; RPMB frames; reliable write and forced
-//! programming; and the block-level data API ([`Card::read_data`], [`Card::write_data`]).
+//! 30, 31, 42, 56; packed reads and writes; reliable write and forced programming; and
+//! the block-level data API ([`Card::read_data`], [`Card::write_data`]). The state of a
+//! data phase is the data part (`parts/data.rs`); RPMB frames go through `rpmb_io.rs`.
 
 use super::one_or_many::OneOrMany;
 use super::packed::{self, Direction, Header, HeaderError};
 use super::partition::Partition;
 use super::parts::busy::{OpKind, ProgramOp, Segment};
 use super::parts::data::{Sbc, SectorRead, SectorWrite, Sink, Transfer};
-use super::rpmb::{RpmbMedium, FRAME_LEN, HALF_SECTOR};
 use super::status::r1;
 use super::{ext_csd, Card, CardState, DataError, Exec, Handled};
-use crate::store::Store;
 use crate::timing::{Cost, Nanos, ProgramTarget, SwitchKind};
 
 const SECTOR: usize = 512;
@@ -37,35 +36,6 @@ const TUNING_BLOCK_8BIT: [u8; 128] = [
     0xff, 0xff, 0xff, 0xdd, 0xff, 0xff, 0xff, 0xdd, 0xdd, 0xff, 0xff, 0xff, 0xbb, 0xff, 0xff, 0xff,
     0xbb, 0xbb, 0xff, 0xff, 0xff, 0x77, 0xff, 0xff, 0xff, 0x77, 0x77, 0xff, 0x77, 0xbb, 0xdd, 0xee,
 ];
-
-/// The RPMB partition's data seen through the store, in 256-byte half sectors.
-struct RpmbArea<'a> {
-    store: &'a mut dyn Store,
-    start_byte: u64,
-    size_bytes: u64,
-}
-
-impl RpmbArea<'_> {
-    fn range(&self, address: u16, len: usize) -> Option<u64> {
-        let offset = u64::from(address) * HALF_SECTOR as u64;
-        (offset + len as u64 <= self.size_bytes).then_some(self.start_byte + offset)
-    }
-}
-
-impl RpmbMedium for RpmbArea<'_> {
-    fn read(&mut self, address: u16, buf: &mut [u8]) -> bool {
-        match self.range(address, buf.len()) {
-            Some(at) => self.store.read_at(at, buf).is_ok(),
-            None => false,
-        }
-    }
-    fn write(&mut self, address: u16, data: &[u8]) -> bool {
-        match self.range(address, data.len()) {
-            Some(at) => self.store.write_at(at, data).is_ok(),
-            None => false,
-        }
-    }
-}
 
 impl Card {
     /// Decode a data address argument into a partition-relative LBA: sector addressing
@@ -111,7 +81,7 @@ impl Card {
     }
 
     /// Start streaming the read buffer to the host, in blocks of `block_len`.
-    fn send_buffer(&mut self, block_len: usize) -> Handled {
+    pub(super) fn send_buffer(&mut self, block_len: usize) -> Handled {
         self.data.send(block_len);
         self.state = CardState::Data;
         Handled::R1
@@ -585,86 +555,6 @@ impl Card {
         }));
         self.state = CardState::Data;
         Handled::R1
-    }
-
-    // ---- RPMB ---------------------------------------------------------------------------
-
-    fn start_rpmb_write(&mut self, x: &mut Exec, count: Option<u64>, sbc: Option<Sbc>) -> Handled {
-        match (count, sbc) {
-            (Some(n), Some(sbc)) if !sbc.packed && n > 0 => {
-                self.data.receive(Transfer::WriteRpmb {
-                    frames: n,
-                    reliable: sbc.reliable,
-                });
-                self.state = CardState::Rcv;
-                Handled::R1
-            }
-            _ => {
-                log::debug!("RPMB access without a CMD23 block count (CMD{})", x.index);
-                x.resp_status |= r1::ERROR;
-                Handled::R1
-            }
-        }
-    }
-
-    fn start_rpmb_read(&mut self, x: &mut Exec, count: Option<u64>) -> Handled {
-        let Some(n) = count.filter(|&n| n > 0 && x.sbc.is_some_and(|s| !s.packed)) else {
-            log::debug!("RPMB read without a CMD23 block count (CMD{})", x.index);
-            x.resp_status |= r1::ERROR;
-            return Handled::R1;
-        };
-        let Some(len) = usize::try_from(n)
-            .ok()
-            .and_then(|n| n.checked_mul(FRAME_LEN))
-        else {
-            x.resp_status |= r1::ERROR;
-            return Handled::R1;
-        };
-        let extent = self.partitions.extent(Partition::Rpmb);
-        let mut area = RpmbArea {
-            store: self.store.as_mut(),
-            start_byte: extent.start * SECTOR as u64,
-            size_bytes: extent.sectors * SECTOR as u64,
-        };
-        let frames = self.data.fill_read_buf(len);
-        let result = self.rpmb.read_frames(frames, &mut area);
-        if let Err(e) = result {
-            log::warn!("RPMB read: {e}");
-            x.resp_status |= r1::ERROR;
-            return Handled::R1;
-        }
-        self.send_buffer(FRAME_LEN)
-    }
-
-    fn finish_rpmb_write(&mut self, reliable: bool) {
-        let extent = self.partitions.extent(Partition::Rpmb);
-        let mut area = RpmbArea {
-            store: self.store.as_mut(),
-            start_byte: extent.start * SECTOR as u64,
-            size_bytes: extent.sectors * SECTOR as u64,
-        };
-        let frames = self.data.write_buf();
-        let result = self.rpmb.write_frames(frames, reliable, &mut area);
-        let blocks = (frames.len() / SECTOR) as u32;
-        match result {
-            Ok(true) => self.save_persistent(),
-            Ok(false) => {}
-            Err(e) => {
-                log::warn!("RPMB write: {e}");
-                self.regs.raise(r1::ERROR);
-            }
-        }
-        let cost = self.timing.program(
-            self.now,
-            &crate::timing::Program {
-                sector: extent.start,
-                count: blocks,
-                target: ProgramTarget::Medium,
-                reliable: true,
-                packed_entry: false,
-            },
-        );
-        self.begin_op(cost.busy_ns, OpKind::Busy);
     }
 
     // ---- CMD12 --------------------------------------------------------------------------

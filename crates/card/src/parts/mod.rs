@@ -11,6 +11,10 @@
 //!   owed.
 //! - [`protection`]: write-protect groups, boot-area protection, the CMD42 password and
 //!   lock.
+//!
+//! Two more parts predate this module and live where their public types are: the RPMB
+//! engine ([`Rpmb`](crate::rpmb::Rpmb): key, write counter, pending response, result
+//! register) and the volatile cache (`cache.rs`: acknowledged writes not yet durable).
 
 pub(crate) mod busy;
 pub(crate) mod data;
