@@ -24,12 +24,12 @@ impl Card {
     /// Refuse the next R1/R1b command with `bits` (card status error bits) in its
     /// response: the command is not executed and the card stays in its state.
     pub fn inject_r1_error(&mut self, bits: u32) {
-        self.fault_r1 |= bits & r1::ERRORS;
+        self.faults.refuse_next(bits);
     }
 
     /// The dispatcher's side of [`Card::inject_r1_error`].
     pub(super) fn refuse_with_fault(&mut self, cmd: Command, state: CardState) -> Response {
-        let bits = std::mem::take(&mut self.fault_r1);
+        let bits = self.faults.take_refusal();
         log::info!(
             "fault: CMD{} arg {:#010x} refused with {}",
             cmd.index,
@@ -54,7 +54,7 @@ impl Card {
     /// Error and PACKED_FAILURE_INDEX = `index`, and ERROR appears in the next status.
     /// An index beyond the header's entries fails nothing.
     pub fn inject_packed_failure(&mut self, index: usize) {
-        self.fault_packed_index = Some(index);
+        self.faults.fail_packed_entry(index);
     }
 
     /// Lengthen the current busy period (DAT0 low) by `ns`. `stuck`: the lengthened

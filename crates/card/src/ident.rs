@@ -36,7 +36,7 @@ impl Card {
         self.regs.soft_reset();
         self.app_cmd = false;
         self.data.reset();
-        self.erase_seq = Default::default();
+        self.erase.reset_sequence();
         self.ocr_busy_polls = 1;
         self.rpmb.reset_volatile();
     }

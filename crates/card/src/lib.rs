@@ -74,6 +74,8 @@ use cache::VolatileCache;
 use ext_csd::EXT_CSD_LEN;
 use parts::busy::Busy;
 use parts::data::{DataTransfer, Sbc};
+use parts::erase::EraseState;
+use parts::faults::PendingFaults;
 use parts::partitions::Partitions;
 use parts::protection::Protection;
 use parts::registers::Registers;
@@ -173,12 +175,8 @@ pub struct Card {
 
     // ---- transfers
     data: DataTransfer,
-    erase_seq: erase::EraseSequence,
-    secure_trim_marks: Vec<(u64, u64)>,
-    /// A fault plan's R1 error bits: the next command is refused with them.
-    fault_r1: u32,
-    /// A fault plan's failing packed-write entry (1-based) for the next packed write.
-    fault_packed_index: Option<usize>,
+    erase: EraseState,
+    faults: PendingFaults,
 
     // ---- busy operations and background work
     busy: Busy,
@@ -228,10 +226,8 @@ impl Card {
             app_cmd: false,
             partitions,
             data: DataTransfer::default(),
-            erase_seq: Default::default(),
-            secure_trim_marks: Vec::new(),
-            fault_r1: 0,
-            fault_packed_index: None,
+            erase: EraseState::default(),
+            faults: PendingFaults::default(),
             busy: Busy::default(),
             cache,
             protection: Protection::default(),
@@ -283,7 +279,7 @@ impl Card {
         if self.protection.locked() && matches!(spec.class, 2 | 4 | 5 | 6) && cmd.index != 16 {
             return self.illegal(cmd, "card is locked");
         }
-        if self.fault_r1 != 0
+        if self.faults.refusal_pending()
             && matches!(
                 spec.response,
                 command::ResponseType::R1 | command::ResponseType::R1b
@@ -303,8 +299,8 @@ impl Card {
                 None
             },
         };
-        if self.erase_seq.started() && !matches!(cmd.index, 13 | 35 | 36 | 38) {
-            self.erase_seq = Default::default();
+        if self.erase.started() && !matches!(cmd.index, 13 | 35 | 36 | 38) {
+            self.erase.reset_sequence();
             exec.resp_status |= r1::ERASE_RESET;
         }
         let app = std::mem::take(&mut self.app_cmd);

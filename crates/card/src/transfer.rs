@@ -439,7 +439,7 @@ impl Card {
         let cache = self.cache_enabled();
         let mut segments = Vec::with_capacity(header.entries.len());
         let mut offset = header_blocks as usize * SECTOR;
-        let injected = self.fault_packed_index.take();
+        let injected = self.faults.take_packed_entry();
         for (i, e) in header.entries.iter().enumerate() {
             let checked = if injected == Some(i + 1) {
                 Err(r1::ERROR)

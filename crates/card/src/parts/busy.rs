@@ -8,7 +8,7 @@
 //! instant; what completing, interrupting or cutting an operation does to the data is the
 //! card's (`operation.rs`).
 
-use crate::erase::EraseOp;
+use super::erase::EraseOp;
 use crate::one_or_many::OneOrMany;
 use crate::timing::{Nanos, ProgramTarget};
 

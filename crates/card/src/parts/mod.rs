@@ -7,6 +7,9 @@
 //! - [`partitions`]: the partition geometry in effect, and whether partitioning applied.
 //! - [`data`]: the data phase in progress: CMD16 block length, CMD23 count, the
 //!   transfer, the write and read buffers, packed-read entries and packed failure.
+//! - [`erase`]: the CMD35/36/38 sequence in progress and the secure-trim marks.
+//! - [`faults`]: a fault plan's refusal of the next command or failure of the next
+//!   packed write.
 //! - [`busy`]: the operation keeping the card busy, until when, and the background work
 //!   owed.
 //! - [`protection`]: write-protect groups, boot-area protection, the CMD42 password and
@@ -18,6 +21,8 @@
 
 pub(crate) mod busy;
 pub(crate) mod data;
+pub(crate) mod erase;
+pub(crate) mod faults;
 pub(crate) mod partitions;
 pub(crate) mod protection;
 pub(crate) mod registers;
