@@ -30,11 +30,18 @@
 //!   last adtc command started, in the card's current block length
 //!   ([`Card::transfer_block_len`]).
 //!
-//! Module map: `command` (the table), `ident` (identification, selection, status, sleep),
-//! `transfer` (data commands, packed commands), `rpmb_io` (RPMB frames on the bus),
-//! `switch` (CMD6 / EXT_CSD), `erase`,
-//! `protect` (write protection), `lock` (CMD42), `operation` (busy operations, HPI, BKOPS,
-//! power loss), `cache` (volatile cache and durability), `partition`, `persist`.
+//! A card is a composition of owned parts (`parts/`), each holding its own state and the
+//! rules that touch only that state: registers, partitions, data transfer, erase
+//! sequence, pending faults, busy operation, protection; plus the RPMB engine
+//! ([`rpmb`]) and the volatile cache (`cache`). The card itself keeps the orchestration:
+//! command dispatch and the rules that span parts.
+//!
+//! Module map: `command` (the table), `ident` (identification, selection, status, sleep,
+//! reset, power), `transfer` (data commands, packed commands, the data API), `rpmb_io`
+//! (RPMB frames on the bus), `switch` (CMD6, driven by `ext_csd::rules`), `erase`,
+//! `protect` (CMD28–31, CMD42), `operation` (busy operations, HPI, BKOPS, power loss,
+//! cache write-back), `persist` (what survives power loss), `fault` (a fault plan's
+//! entry points).
 
 mod cache;
 pub mod command;
@@ -154,7 +161,8 @@ pub enum Handled {
     Illegal(&'static str),
 }
 
-/// An eMMC 4.5 card.
+/// An eMMC 4.5 card: its environment (device model, store, timing model, card time),
+/// the bus state machine, and its parts.
 pub struct Card {
     model: DeviceModel,
     store: Box<dyn Store + Send>,
@@ -162,28 +170,31 @@ pub struct Card {
     /// Latest card time seen (calls with an earlier time are treated as this one).
     now: Nanos,
 
-    // ---- identification and status
+    // ---- the bus state machine
     state: CardState,
     /// CMD1 answers busy this many more times before power-up completes.
     ocr_busy_polls: u8,
     /// The previous command was CMD55.
     app_cmd: bool,
 
-    // ---- registers
+    // ---- the parts
+    /// CID, CSD, EXT_CSD, BUS_WIDTH, RCA, R1 status bits.
     regs: Registers,
+    /// The partition geometry in effect.
     partitions: Partitions,
-
-    // ---- transfers
+    /// The data phase: CMD16/CMD23, the transfer, the write and read buffers.
     data: DataTransfer,
+    /// The CMD35/36/38 sequence and the secure-trim marks.
     erase: EraseState,
+    /// A fault plan's refusal or packed failure, waiting for its command.
     faults: PendingFaults,
-
-    // ---- busy operations and background work
+    /// The operation keeping the card busy, and the background work owed.
     busy: Busy,
-
-    // ---- features
+    /// Acknowledged writes that are not durable yet.
     cache: VolatileCache,
+    /// Write-protect groups, boot-area protection, the CMD42 password and lock.
     protection: Protection,
+    /// RPMB key, write counter, pending response.
     rpmb: Rpmb,
     stats: CardStats,
 }
