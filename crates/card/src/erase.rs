@@ -5,10 +5,12 @@
 //! ERASE_GROUP_DEF is set, the CSD's legacy group otherwise) containing the range; trim
 //! and discard act on exactly the sectors given. Erased sectors read back as
 //! ERASED_MEM_CONT says. Write-protected groups are skipped with WP_ERASE_SKIP. The erase
-//! takes effect when its busy period ends; an HPI abandons it.
+//! takes effect when its busy period ends; an HPI abandons it. The sequence and the
+//! secure-trim marks are the erase part (`parts/erase.rs`).
 
-use super::operation::OpKind;
 use super::partition::Partition;
+use super::parts::busy::OpKind;
+use super::parts::erase::{whole_groups, EraseOp};
 use super::status::r1;
 use super::{ext_csd, Card, Exec, Handled};
 use crate::timing::{Erase, EraseKind};
@@ -21,31 +23,10 @@ pub const SECURE_ERASE_ARG: u32 = 0x8000_0000;
 pub const SECURE_TRIM1_ARG: u32 = 0x8000_0001;
 pub const SECURE_TRIM2_ARG: u32 = 0x8000_8000;
 
-/// Progress of a CMD35/CMD36/CMD38 sequence (partition-relative LBAs).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(super) struct EraseSequence {
-    start: Option<u64>,
-    end: Option<u64>,
-}
-
-impl EraseSequence {
-    pub fn started(&self) -> bool {
-        self.start.is_some()
-    }
-}
-
-/// An erase operation in progress: the timing model's view and the sector runs (absolute)
-/// that will be erased when it completes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct EraseOp {
-    pub erase: Erase,
-    pub runs: Vec<(u64, u64)>,
-}
-
 impl Card {
     /// Erase group size in sectors, as ERASE_GROUP_DEF selects.
     pub(super) fn erase_group_sectors(&self) -> u64 {
-        if self.ext_csd[ext_csd::ERASE_GROUP_DEF] & 1 != 0 {
+        if self.regs.hc_erase_groups() {
             self.model.hc_erase_group_sectors()
         } else {
             self.model.legacy_erase_group_sectors()
@@ -73,29 +54,24 @@ impl Card {
     }
 
     pub(super) fn cmd35_erase_group_start(&mut self, x: &mut Exec) -> Handled {
-        self.erase_seq = EraseSequence::default();
-        if let Some(lba) = self.erase_address(x) {
-            self.erase_seq.start = Some(lba);
-        }
+        let lba = self.erase_address(x);
+        self.erase.set_start(lba);
         Handled::R1
     }
 
     pub(super) fn cmd36_erase_group_end(&mut self, x: &mut Exec) -> Handled {
-        if self.erase_seq.start.is_none() || self.erase_seq.end.is_some() {
+        if !self.erase.accepts_end() {
             x.resp_status |= r1::ERASE_SEQ_ERROR;
-            self.erase_seq = EraseSequence::default();
+            self.erase.reset_sequence();
             return Handled::R1;
         }
-        match self.erase_address(x) {
-            Some(lba) => self.erase_seq.end = Some(lba),
-            None => self.erase_seq = EraseSequence::default(),
-        }
+        let lba = self.erase_address(x);
+        self.erase.set_end(lba);
         Handled::R1
     }
 
     pub(super) fn cmd38_erase(&mut self, x: &mut Exec) -> Handled {
-        let seq = std::mem::take(&mut self.erase_seq);
-        let (Some(start), Some(end)) = (seq.start, seq.end) else {
+        let Some((start, end)) = self.erase.take_range() else {
             x.resp_status |= r1::ERASE_SEQ_ERROR;
             return Handled::R1b;
         };
@@ -127,11 +103,7 @@ impl Card {
         let extent = self.partitions.extent(partition);
         let (first, last) = match kind {
             EraseKind::Erase | EraseKind::SecureErase => {
-                let g = self.erase_group_sectors();
-                (
-                    start - start % g,
-                    ((end / g + 1) * g).min(extent.sectors) - 1,
-                )
+                whole_groups(start, end, self.erase_group_sectors(), extent.sectors)
             }
             _ => (start, end),
         };
@@ -164,13 +136,13 @@ impl Card {
             groups: last / g - first / g + 1,
         };
         let runs = if kind == EraseKind::SecureTrim2 {
-            std::mem::take(&mut self.secure_trim_marks)
+            self.erase.take_marks()
         } else {
             runs
         };
         self.stats.erases += 1;
         let cost = self.timing.erase(self.now, &erase);
-        self.bkops_outstanding_ns = self.bkops_outstanding_ns.saturating_add(cost.background_ns);
+        self.busy.add_background(cost.background_ns);
         self.begin_op(cost.busy_ns, OpKind::Erase(EraseOp { erase, runs }));
         Handled::R1b
     }
@@ -179,7 +151,7 @@ impl Card {
     pub(super) fn apply_erase(&mut self, op: &EraseOp) {
         if op.erase.kind == EraseKind::SecureTrim1 {
             // Step 1 only marks the sectors; step 2 (or sanitize) purges them.
-            self.secure_trim_marks.extend_from_slice(&op.runs);
+            self.erase.mark(&op.runs);
             return;
         }
         self.erase_runs(&op.runs);
@@ -195,14 +167,14 @@ impl Card {
             self.cache.invalidate(sector, count);
             if let Err(e) = self.store.fill(sector * 512, count * 512, pattern) {
                 log::error!("erasing {count} sectors at image sector {sector}: {e}");
-                self.status |= r1::ERROR;
+                self.regs.raise(r1::ERROR);
             }
         }
     }
 
     /// SANITIZE_START purges what secure trim marked.
     pub(super) fn purge_secure_trim_marks(&mut self) {
-        let marks = std::mem::take(&mut self.secure_trim_marks);
+        let marks = self.erase.take_marks();
         self.erase_runs(&marks);
     }
 

@@ -24,29 +24,28 @@ impl Card {
     /// Refuse the next R1/R1b command with `bits` (card status error bits) in its
     /// response: the command is not executed and the card stays in its state.
     pub fn inject_r1_error(&mut self, bits: u32) {
-        self.fault_r1 |= bits & r1::ERRORS;
+        self.faults.refuse_next(bits);
     }
 
     /// The dispatcher's side of [`Card::inject_r1_error`].
     pub(super) fn refuse_with_fault(&mut self, cmd: Command, state: CardState) -> Response {
-        let bits = std::mem::take(&mut self.fault_r1);
+        let bits = self.faults.take_refusal();
         log::info!(
             "fault: CMD{} arg {:#010x} refused with {}",
             cmd.index,
             cmd.arg,
             r1::describe(bits)
         );
-        let mut s = self.status | bits | (state.number() << r1::CURRENT_STATE_SHIFT);
+        let mut s = self.regs.take_reported() | bits | (state.number() << r1::CURRENT_STATE_SHIFT);
         if self.ready_for_data() {
             s |= r1::READY_FOR_DATA;
         }
         if self.exception_event() {
             s |= r1::EXCEPTION_EVENT;
         }
-        if self.lock.locked {
+        if self.protection.locked() {
             s |= r1::DEVICE_IS_LOCKED;
         }
-        self.status &= !(r1::CLEAR_ON_READ | r1::PREVIOUS_COMMAND);
         Response::R1(s)
     }
 
@@ -55,17 +54,15 @@ impl Card {
     /// Error and PACKED_FAILURE_INDEX = `index`, and ERROR appears in the next status.
     /// An index beyond the header's entries fails nothing.
     pub fn inject_packed_failure(&mut self, index: usize) {
-        self.fault_packed_index = Some(index);
+        self.faults.fail_packed_entry(index);
     }
 
     /// Lengthen the current busy period (DAT0 low) by `ns`. `stuck`: the lengthened
     /// operation yields to HPI whatever its kind. Returns false when the card is not busy.
     pub fn extend_busy(&mut self, ns: Nanos, stuck: bool) -> bool {
-        let Some(op) = self.op.as_mut() else {
+        if !self.busy.extend(ns, stuck) {
             return false;
-        };
-        op.end = op.end.saturating_add(ns);
-        op.stuck |= stuck;
+        }
         log::info!("fault: busy lengthened by {ns} ns (stuck: {stuck})");
         true
     }
@@ -91,9 +88,11 @@ impl Card {
     /// Set the health fields: DEVICE_LIFE_TIME_EST_TYP_A/B (0x01: 0–10 % of the life
     /// used … 0x0B: exceeded) and PRE_EOL_INFO (1 normal, 2 warning, 3 urgent).
     pub fn set_wear(&mut self, life_time_est_a: u8, life_time_est_b: u8, pre_eol_info: u8) {
-        self.ext_csd[DEVICE_LIFE_TIME_EST_TYP_A] = life_time_est_a;
-        self.ext_csd[DEVICE_LIFE_TIME_EST_TYP_B] = life_time_est_b;
-        self.ext_csd[PRE_EOL_INFO] = pre_eol_info;
+        self.regs
+            .set_byte(DEVICE_LIFE_TIME_EST_TYP_A, life_time_est_a);
+        self.regs
+            .set_byte(DEVICE_LIFE_TIME_EST_TYP_B, life_time_est_b);
+        self.regs.set_byte(PRE_EOL_INFO, pre_eol_info);
         log::info!(
             "fault: wear: life time A {life_time_est_a:#04x}, B {life_time_est_b:#04x}, pre-EOL {pre_eol_info}"
         );
@@ -118,6 +117,6 @@ impl Card {
 
     /// The EXT_CSD health byte at `offset` as it is stored (for tests and tools).
     pub fn ext_csd_byte(&self, offset: usize) -> u8 {
-        self.ext_csd.get(offset).copied().unwrap_or(0)
+        self.regs.byte_or_zero(offset)
     }
 }

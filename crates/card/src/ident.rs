@@ -1,9 +1,10 @@
 //! Identification, selection, status, sleep and reset: CMD0, 1, 2, 3, 4, 5, 7, 9, 10, 13,
 //! 15, 39, 40, 55 — and power-on, power loss and clean shutdown.
 
-use super::operation::OpKind;
+use super::parts::busy::OpKind;
+use super::parts::data::Transfer;
 use super::status::r1;
-use super::{ext_csd, registers, Card, CardState, Exec, Handled, Partition};
+use super::{registers, Card, CardState, Exec, Handled, Partition};
 use crate::timing::Nanos;
 
 /// CMD0 arguments.
@@ -26,44 +27,16 @@ pub enum PowerDown {
 
 impl Card {
     fn rca_matches(&self, arg: u32) -> bool {
-        (arg >> 16) as u16 == self.rca
+        self.regs.rca_matches(arg)
     }
 
     /// Reset of the fields that a power cycle, RST_n and CMD0 return to their defaults
     /// (EXT_CSD access types ending in `_P`), and of the volatile command state.
     pub(super) fn soft_reset(&mut self) {
-        for offset in [
-            ext_csd::CACHE_CTRL,
-            ext_csd::POWER_OFF_NOTIFICATION,
-            ext_csd::CLASS_6_CTRL,
-            ext_csd::HPI_MGMT,
-            ext_csd::ERASE_GROUP_DEF,
-            ext_csd::HS_TIMING,
-            ext_csd::POWER_CLASS,
-            ext_csd::CMD_SET,
-            ext_csd::TCASE_SUPPORT,
-            ext_csd::FLUSH_CACHE,
-            ext_csd::BKOPS_START,
-            ext_csd::SANITIZE_START,
-            ext_csd::BUS_WIDTH,
-        ] {
-            self.ext_csd[offset] = 0;
-        }
-        self.ext_csd[ext_csd::EXCEPTION_EVENTS_CTRL] = 0;
-        self.ext_csd[ext_csd::EXCEPTION_EVENTS_CTRL + 1] = 0;
-        for b in &mut self.ext_csd[ext_csd::CONTEXT_CONF..ext_csd::CONTEXT_CONF + 15] {
-            *b = 0;
-        }
-        self.ext_csd[ext_csd::PARTITION_CONFIG] &= !0x07;
-        self.bus_width = 0;
-        self.rca = 0;
-        self.block_len = 512;
-        self.status = 0;
+        self.regs.soft_reset();
         self.app_cmd = false;
-        self.sbc = None;
-        self.transfer = super::transfer::Transfer::None;
-        self.erase_seq = Default::default();
-        self.packed_read = None;
+        self.data.reset();
+        self.erase.reset_sequence();
         self.ocr_busy_polls = 1;
         self.rpmb.reset_volatile();
     }
@@ -73,13 +46,9 @@ impl Card {
     pub(super) fn power_on_reset(&mut self) {
         self.soft_reset();
         // R/W/C_P bits: cleared by a power cycle only.
-        self.ext_csd[ext_csd::USER_WP] &= !(ext_csd::US_PWR_WP_EN | ext_csd::US_PWR_WP_DIS);
-        self.ext_csd[ext_csd::BOOT_WP] &=
-            !(ext_csd::B_PWR_WP_EN | ext_csd::B_PWR_WP_SEC_SEL | ext_csd::B_PWR_WP_DIS);
-        self.ext_csd[ext_csd::BOOT_CONFIG_PROT] &= !ext_csd::PWR_BOOT_CONFIG_PROT;
-        self.protect.power_on_reset();
-        self.lock.locked = self.lock.password.is_some();
-        self.op = None;
+        self.regs.power_on_reset();
+        self.protection.power_on_reset();
+        self.busy.clear();
         self.state = CardState::Idle;
     }
 
@@ -124,11 +93,9 @@ impl Card {
         // A software reset ends whatever was going on. Programming in flight completes
         // (the card is not powered down); cached data is written back, since CMD0 resets
         // CACHE_EN and nothing would flush it later.
-        if let Some(op) = self.op.take() {
-            let end = op.end;
-            self.op = Some(op);
+        if let Some(end) = self.busy.until() {
             self.advance(end);
-            self.op = None;
+            self.busy.clear();
         }
         self.flush_cache();
         self.soft_reset();
@@ -165,7 +132,7 @@ impl Card {
 
     pub(super) fn cmd2_all_send_cid(&mut self, _x: &mut Exec) -> Handled {
         self.state = CardState::Ident;
-        Handled::R2(self.cid)
+        Handled::R2(self.regs.cid())
     }
 
     pub(super) fn cmd3_set_relative_addr(&mut self, x: &mut Exec) -> Handled {
@@ -175,7 +142,7 @@ impl Card {
             x.resp_status |= r1::ERROR;
             return Handled::R1;
         }
-        self.rca = rca;
+        self.regs.set_rca(rca);
         self.state = CardState::Stby;
         Handled::R1
     }
@@ -211,7 +178,7 @@ impl Card {
     }
 
     pub(super) fn cmd7_select_deselect_card(&mut self, x: &mut Exec) -> Handled {
-        let own = self.rca_matches(x.arg) && self.rca != 0;
+        let own = self.rca_matches(x.arg) && self.regs.rca() != 0;
         match (self.state, own) {
             (CardState::Stby, true) => {
                 self.state = CardState::Tran;
@@ -223,7 +190,7 @@ impl Card {
             }
             (CardState::Stby, false) | (CardState::Dis, false) => Handled::NoResponse,
             (CardState::Tran | CardState::Data, false) => {
-                self.transfer = super::transfer::Transfer::None;
+                self.data.stop();
                 self.state = CardState::Stby;
                 Handled::NoResponse
             }
@@ -239,26 +206,19 @@ impl Card {
         if !self.rca_matches(x.arg) {
             return Handled::NoResponse;
         }
-        Handled::R2(self.csd)
+        Handled::R2(self.regs.csd())
     }
 
     pub(super) fn cmd10_send_cid(&mut self, x: &mut Exec) -> Handled {
         if !self.rca_matches(x.arg) {
             return Handled::NoResponse;
         }
-        Handled::R2(self.cid)
+        Handled::R2(self.regs.cid())
     }
 
     /// Whether HPI is enabled and carried by command `index` (12 or 13).
     pub(super) fn hpi_carrier(&self, index: u8) -> bool {
-        let features = self.ext_csd[ext_csd::HPI_FEATURES];
-        if features & ext_csd::HPI_SUPPORT == 0
-            || self.ext_csd[ext_csd::HPI_MGMT] & ext_csd::HPI_EN == 0
-        {
-            return false;
-        }
-        let via_cmd12 = features & ext_csd::HPI_IMPLEMENTATION_CMD12 != 0;
-        (index == 12) == via_cmd12
+        self.regs.hpi_carrier(index)
     }
 
     pub(super) fn cmd13_send_status(&mut self, x: &mut Exec) -> Handled {
@@ -284,7 +244,7 @@ impl Card {
         }
         // A memory device has no I/O registers: reads return 0, writes are ignored.
         let reg = (x.arg >> 8) & 0x7f;
-        Handled::R4((u32::from(self.rca) << 16) | (reg << 8))
+        Handled::R4((u32::from(self.regs.rca()) << 16) | (reg << 8))
     }
 
     pub(super) fn cmd40_go_irq_state(&mut self, _x: &mut Exec) -> Handled {
@@ -306,7 +266,7 @@ impl Card {
 
     /// CMD0(0xFFFFFFFA) in pre-idle: stream the boot partition BOOT_PARTITION_ENABLE names.
     fn start_boot(&mut self) {
-        let enable = (self.ext_csd[ext_csd::PARTITION_CONFIG] >> 3) & 0x7;
+        let enable = self.regs.boot_partition_enable();
         let partition = match enable {
             1 => Partition::Boot1,
             2 => Partition::Boot2,
@@ -319,8 +279,8 @@ impl Card {
         if !self.partitions.exists(partition) {
             return;
         }
-        self.transfer =
-            super::transfer::Transfer::boot(partition, self.partition_sectors(partition));
+        let sectors = self.partition_sectors(partition);
+        self.data.set(Transfer::boot(partition, sectors));
         self.state = CardState::Boot;
     }
 }

@@ -30,10 +30,18 @@
 //!   last adtc command started, in the card's current block length
 //!   ([`Card::transfer_block_len`]).
 //!
-//! Module map: `command` (the table), `ident` (identification, selection, status, sleep),
-//! `transfer` (data commands, packed commands), `switch` (CMD6 / EXT_CSD), `erase`,
-//! `protect` (write protection), `lock` (CMD42), `operation` (busy operations, HPI, BKOPS,
-//! power loss), `cache` (volatile cache and durability), `partition`, `persist`.
+//! A card is a composition of owned parts (`parts/`), each holding its own state and the
+//! rules that touch only that state: registers, partitions, data transfer, erase
+//! sequence, pending faults, busy operation, protection; plus the RPMB engine
+//! ([`rpmb`]) and the volatile cache (`cache`). The card itself keeps the orchestration:
+//! command dispatch and the rules that span parts.
+//!
+//! Module map: `command` (the table), `ident` (identification, selection, status, sleep,
+//! reset, power), `transfer` (data commands, packed commands, the data API), `rpmb_io`
+//! (RPMB frames on the bus), `switch` (CMD6, driven by `ext_csd::rules`), `erase`,
+//! `protect` (CMD28–31, CMD42), `operation` (busy operations, HPI, BKOPS, power loss,
+//! cache write-back), `persist` (what survives power loss), `fault` (a fault plan's
+//! entry points).
 
 mod cache;
 pub mod command;
@@ -43,16 +51,17 @@ pub mod ext_csd;
 pub mod fault;
 mod ident;
 pub mod inspect;
-mod lock;
 pub mod model;
 mod one_or_many;
 mod operation;
 pub mod packed;
 pub mod partition;
+mod parts;
 mod persist;
 mod protect;
 pub mod registers;
 pub mod rpmb;
+mod rpmb_io;
 pub mod status;
 pub mod store;
 mod switch;
@@ -70,13 +79,15 @@ use crate::timing::{Nanos, Timing};
 
 use cache::VolatileCache;
 use ext_csd::EXT_CSD_LEN;
-use lock::LockState;
-use operation::Operation;
-use partition::PartitionTable;
+use parts::busy::Busy;
+use parts::data::{DataTransfer, Sbc};
+use parts::erase::EraseState;
+use parts::faults::PendingFaults;
+use parts::partitions::Partitions;
+use parts::protection::Protection;
+use parts::registers::Registers;
 use persist::PersistentState;
-use protect::WriteProtect;
 use rpmb::Rpmb;
-use transfer::{Sbc, Transfer};
 
 /// Errors building or reopening a card.
 #[derive(Debug, thiserror::Error)]
@@ -150,7 +161,8 @@ pub enum Handled {
     Illegal(&'static str),
 }
 
-/// An eMMC 4.5 card.
+/// An eMMC 4.5 card: its environment (device model, store, timing model, card time),
+/// the bus state machine, and its parts.
 pub struct Card {
     model: DeviceModel,
     store: Box<dyn Store + Send>,
@@ -158,54 +170,31 @@ pub struct Card {
     /// Latest card time seen (calls with an earlier time are treated as this one).
     now: Nanos,
 
-    // ---- identification and status
+    // ---- the bus state machine
     state: CardState,
-    rca: u16,
-    cid: [u8; 16],
-    csd: [u8; 16],
-    /// CSD byte 14 (the CMD27-programmable bits), persistent.
-    csd_writable: u8,
     /// CMD1 answers busy this many more times before power-up completes.
     ocr_busy_polls: u8,
-    /// Accumulated status bits (errors and flags; the state bits are added on response).
-    status: u32,
     /// The previous command was CMD55.
     app_cmd: bool,
 
-    // ---- registers
-    ext_csd: [u8; EXT_CSD_LEN],
-    /// BUS_WIDTH is write-only (reads 0); the card remembers what was written.
-    bus_width: u8,
-    partitions: PartitionTable,
-    /// General purpose partitions from a completed partitioning are in effect.
-    partitioning_applied: bool,
-
-    // ---- transfers
-    block_len: u32,
-    sbc: Option<Sbc>,
-    transfer: Transfer,
-    /// Data received for the current write (and kept until it is programmed).
-    write_buf: Vec<u8>,
-    /// Data prepared for the current register-like read.
-    read_buf: Vec<u8>,
-    erase_seq: erase::EraseSequence,
-    packed_read: Option<Vec<packed::Entry>>,
-    /// EXCEPTION_EVENTS_STATUS.PACKED_FAILURE: the last packed command failed.
-    packed_failure: bool,
-    secure_trim_marks: Vec<(u64, u64)>,
-    /// A fault plan's R1 error bits: the next command is refused with them.
-    fault_r1: u32,
-    /// A fault plan's failing packed-write entry (1-based) for the next packed write.
-    fault_packed_index: Option<usize>,
-
-    // ---- busy operations and background work
-    op: Option<Operation>,
-    bkops_outstanding_ns: Nanos,
-
-    // ---- features
+    // ---- the parts
+    /// CID, CSD, EXT_CSD, BUS_WIDTH, RCA, R1 status bits.
+    regs: Registers,
+    /// The partition geometry in effect.
+    partitions: Partitions,
+    /// The data phase: CMD16/CMD23, the transfer, the write and read buffers.
+    data: DataTransfer,
+    /// The CMD35/36/38 sequence and the secure-trim marks.
+    erase: EraseState,
+    /// A fault plan's refusal or packed failure, waiting for its command.
+    faults: PendingFaults,
+    /// The operation keeping the card busy, and the background work owed.
+    busy: Busy,
+    /// Acknowledged writes that are not durable yet.
     cache: VolatileCache,
-    protect: WriteProtect,
-    lock: LockState,
+    /// Write-protect groups, boot-area protection, the CMD42 password and lock.
+    protection: Protection,
+    /// RPMB key, write counter, pending response.
     rpmb: Rpmb,
     stats: CardStats,
 }
@@ -234,43 +223,25 @@ impl Card {
         timing: Box<dyn Timing + Send>,
     ) -> Result<Card, CardError> {
         let layout = store.layout();
-        let partitions =
-            PartitionTable::new(&layout, [0; 4]).ok_or(CardError::PartitionsDoNotFit)?;
+        let partitions = Partitions::new(layout).ok_or(CardError::PartitionsDoNotFit)?;
         let rpmb = Rpmb::new(layout.rpmb_bytes, Default::default());
         let cache = VolatileCache::new(model.cache_blocks(), store.keeps_data());
         let mut card = Card {
-            cid: registers::build_cid(&model.cid, model.ext_csd.ext_csd_rev),
-            csd: [0; 16],
-            csd_writable: 0,
-            ext_csd: ext_csd::build_ext_csd(&model),
+            regs: Registers::new(&model),
             model,
             store,
             timing,
             now: 0,
             state: CardState::Idle,
-            rca: 0,
             ocr_busy_polls: 1,
-            status: 0,
             app_cmd: false,
-            bus_width: 0,
             partitions,
-            partitioning_applied: false,
-            block_len: 512,
-            sbc: None,
-            transfer: Transfer::None,
-            write_buf: Vec::new(),
-            read_buf: Vec::new(),
-            erase_seq: Default::default(),
-            packed_read: None,
-            packed_failure: false,
-            secure_trim_marks: Vec::new(),
-            fault_r1: 0,
-            fault_packed_index: None,
-            op: None,
-            bkops_outstanding_ns: 0,
+            data: DataTransfer::default(),
+            erase: EraseState::default(),
+            faults: PendingFaults::default(),
+            busy: Busy::default(),
             cache,
-            protect: WriteProtect::default(),
-            lock: LockState::default(),
+            protection: Protection::default(),
             rpmb,
             stats: CardStats::default(),
         };
@@ -300,7 +271,7 @@ impl Card {
             return None;
         }
         if !crc_ok {
-            self.status |= r1::COM_CRC_ERROR;
+            self.regs.raise(r1::COM_CRC_ERROR);
             log::debug!("CMD{} arg {:#010x}: CRC error, ignored", cmd.index, cmd.arg);
             return None;
         }
@@ -309,17 +280,17 @@ impl Card {
             self.state = CardState::Stby;
             return None;
         }
-        let sbc = self.sbc.take();
+        let sbc = self.data.take_block_count();
         let Some(spec) = command::spec(cmd.index) else {
             return self.illegal(cmd, "not an eMMC 4.5 command");
         };
         if !spec.legal.contains(state) {
             return self.illegal(cmd, "not legal in this state");
         }
-        if self.lock.locked && matches!(spec.class, 2 | 4 | 5 | 6) && cmd.index != 16 {
+        if self.protection.locked() && matches!(spec.class, 2 | 4 | 5 | 6) && cmd.index != 16 {
             return self.illegal(cmd, "card is locked");
         }
-        if self.fault_r1 != 0
+        if self.faults.refusal_pending()
             && matches!(
                 spec.response,
                 command::ResponseType::R1 | command::ResponseType::R1b
@@ -339,29 +310,29 @@ impl Card {
                 None
             },
         };
-        if self.erase_seq.started() && !matches!(cmd.index, 13 | 35 | 36 | 38) {
-            self.erase_seq = Default::default();
+        if self.erase.started() && !matches!(cmd.index, 13 | 35 | 36 | 38) {
+            self.erase.reset_sequence();
             exec.resp_status |= r1::ERASE_RESET;
         }
         let app = std::mem::take(&mut self.app_cmd);
         let ready_for_data = self.ready_for_data();
         let handled = (spec.handler)(self, &mut exec);
         let status_of = |card: &mut Card, exec: &Exec| {
-            let mut s =
-                card.status | exec.resp_status | (state.number() << r1::CURRENT_STATE_SHIFT);
+            let mut s = card.regs.take_reported()
+                | exec.resp_status
+                | (state.number() << r1::CURRENT_STATE_SHIFT);
             if ready_for_data {
                 s |= r1::READY_FOR_DATA;
             }
             if card.exception_event() {
                 s |= r1::EXCEPTION_EVENT;
             }
-            if card.lock.locked {
+            if card.protection.locked() {
                 s |= r1::DEVICE_IS_LOCKED;
             }
             if app || cmd.index == 55 {
                 s |= r1::APP_CMD;
             }
-            card.status &= !(r1::CLEAR_ON_READ | r1::PREVIOUS_COMMAND);
             s
         };
         let response = match handled {
@@ -376,8 +347,7 @@ impl Card {
         };
         // "b" bits describe the previous command: any valid command clears them, whatever
         // its response (an R1 above has already reported them).
-        self.status &= !r1::PREVIOUS_COMMAND;
-        self.status |= exec.after_status;
+        self.regs.end_command(exec.after_status);
         if log::log_enabled!(log::Level::Trace) {
             log::trace!(
                 "CMD{} {} arg {:#010x} in {} -> {:?}",
@@ -392,7 +362,7 @@ impl Card {
     }
 
     fn illegal(&mut self, cmd: Command, why: &str) -> Option<Response> {
-        self.status |= r1::ILLEGAL_COMMAND;
+        self.regs.raise(r1::ILLEGAL_COMMAND);
         self.stats.illegal_commands += 1;
         log::debug!(
             "CMD{} arg {:#010x} illegal in {}: {why}",
@@ -405,15 +375,56 @@ impl Card {
 
     /// READY_FOR_DATA: the card can accept data (not busy programming).
     fn ready_for_data(&self) -> bool {
-        !matches!(self.state, CardState::Prg | CardState::Dis) && self.op.is_none()
+        !matches!(self.state, CardState::Prg | CardState::Dis) && !self.busy.is_busy()
     }
 
     /// R1 EXCEPTION_EVENT: an enabled EXCEPTION_EVENTS_STATUS bit is set. URGENT_BKOPS has
     /// no enable bit and is always reported.
     fn exception_event(&self) -> bool {
         let status = self.exception_events_status();
-        let ctrl = ext_csd::read_le(&self.ext_csd, ext_csd::EXCEPTION_EVENTS_CTRL, 2) as u16;
+        let ctrl = self.regs.exception_events_ctrl();
         status & (ctrl | ext_csd::EE_URGENT_BKOPS) != 0
+    }
+
+    /// EXCEPTION_EVENTS_STATUS as the card reports it now.
+    fn exception_events_status(&self) -> u16 {
+        let mut s = 0;
+        if self.bkops_level() >= 2 {
+            s |= ext_csd::EE_URGENT_BKOPS;
+        }
+        if self.data.packed_failure() {
+            s |= ext_csd::EE_PACKED_FAILURE;
+        }
+        s
+    }
+
+    /// Fill in the EXT_CSD bytes that reflect live card state.
+    fn refresh_live_fields(&self, e: &mut [u8; ext_csd::EXT_CSD_LEN]) {
+        ext_csd::write_le(
+            e,
+            ext_csd::EXCEPTION_EVENTS_STATUS,
+            2,
+            u32::from(self.exception_events_status()),
+        );
+        e[ext_csd::BKOPS_STATUS] = self.bkops_level();
+        e[ext_csd::BOOT_WP_STATUS] = self.protection.boot_wp_status();
+        let user = self.partitions.extent(Partition::User).sectors;
+        ext_csd::write_le(
+            e,
+            ext_csd::SEC_COUNT,
+            4,
+            u32::try_from(user).unwrap_or(u32::MAX),
+        );
+        // Write-only fields read as zero.
+        for offset in [
+            ext_csd::FLUSH_CACHE,
+            ext_csd::BKOPS_START,
+            ext_csd::SANITIZE_START,
+            ext_csd::BUS_WIDTH,
+            ext_csd::TCASE_SUPPORT,
+        ] {
+            e[offset] = 0;
+        }
     }
 
     /// Move card time forward to `now` and complete any operation that has finished (a
@@ -434,7 +445,7 @@ impl Card {
     }
 
     pub fn rca(&self) -> u16 {
-        self.rca
+        self.regs.rca()
     }
 
     /// Card time of the latest call.
@@ -444,37 +455,37 @@ impl Card {
 
     /// The instant the current busy operation ends (DAT0 is held low until then).
     pub fn busy_until(&self) -> Option<Nanos> {
-        self.op.as_ref().map(|op| op.end)
+        self.busy.until()
     }
 
     /// Block length of the data transfer in progress (the host's block size must match).
     pub fn transfer_block_len(&self) -> Option<usize> {
-        self.transfer.block_len(self.block_len as usize)
+        self.data.transfer_block_len()
     }
 
     pub fn cid(&self) -> [u8; 16] {
-        self.cid
+        self.regs.cid()
     }
 
     pub fn csd(&self) -> [u8; 16] {
-        self.csd
+        self.regs.csd()
     }
 
     /// EXT_CSD as CMD8 would return it now.
     pub fn ext_csd(&self) -> [u8; EXT_CSD_LEN] {
-        let mut e = self.ext_csd;
+        let mut e = *self.regs.ext_csd();
         self.refresh_live_fields(&mut e);
         e
     }
 
     /// HS_TIMING and BUS_WIDTH as last switched, for the host model's bus checks.
     pub fn bus_config(&self) -> (u8, u8) {
-        (self.ext_csd[ext_csd::HS_TIMING], self.bus_width)
+        (self.regs.hs_timing(), self.regs.bus_width())
     }
 
     /// The partition PARTITION_ACCESS currently selects.
     pub fn current_partition(&self) -> Partition {
-        Partition::from_access(self.ext_csd[ext_csd::PARTITION_CONFIG])
+        self.regs.partition_access()
     }
 
     /// Size in sectors of a partition (0 if it does not exist).
@@ -498,7 +509,7 @@ impl Card {
 
     /// Add background work, as a timing model or a fault plan would.
     pub fn add_background_work(&mut self, ns: Nanos) {
-        self.bkops_outstanding_ns = self.bkops_outstanding_ns.saturating_add(ns);
+        self.busy.add_background(ns);
     }
 
     /// Acknowledged writes that are not yet durable: sorted runs of (absolute sector in the

@@ -1,92 +1,21 @@
 //! Busy operations: the card is in prg (or dis) from the moment an operation starts until
-//! the card-time instant its cost ends; HPI or a power loss can end it early.
+//! the card-time instant its cost ends; HPI or a power loss can end it early. The busy
+//! state itself is the busy part (`parts/busy.rs`); this is what the card does when an
+//! operation starts, completes, is interrupted or is cut, and the cache write-back.
 //!
 //! Programming keeps the written data in the card's write buffer until the operation ends,
 //! so an interrupted write lands exactly the prefix the elapsed time allowed, rounded down
 //! to the granule its reliability mode promises to be atomic.
 
-use super::erase::EraseOp;
-use super::one_or_many::OneOrMany;
-use super::{ext_csd, Card, CardState};
+use super::parts::busy::{OpKind, ProgramOp};
+use super::{r1, Card, CardState};
 use crate::timing::{Cost, Nanos, Program, ProgramTarget};
-
-/// One contiguous piece of a write: `count` sectors at absolute image sector `sector`,
-/// whose data starts at `buf_offset` in the card's write buffer. A packed write has one
-/// segment per entry, each with its own reliability.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Segment {
-    pub sector: u64,
-    pub count: u64,
-    pub buf_offset: usize,
-    pub target: ProgramTarget,
-    /// Reliable write (CMD23 bit 31): durable on completion and atomic per `granule`.
-    pub reliable: bool,
-    /// Sectors that land or fail together when programming is cut short.
-    pub granule: u64,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct ProgramOp {
-    pub segments: OneOrMany<Segment>,
-}
-
-impl ProgramOp {
-    pub fn total_sectors(&self) -> u64 {
-        self.segments.as_slice().iter().map(|s| s.count).sum()
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum OpKind {
-    Program(ProgramOp),
-    /// Erase family; the erase takes effect when the operation completes.
-    Erase(EraseOp),
-    /// FLUSH_CACHE and other cache write-backs: the dirty sectors were written when the
-    /// flush started, so nothing remains to do at its end.
-    Flush,
-    /// Manual BKOPS working off outstanding background work, after `overhead_ns` of
-    /// CMD6 handling.
-    Bkops {
-        overhead_ns: Nanos,
-    },
-    Sanitize,
-    /// Any other busy period (CMD6, CMD5, CMD28/29, CMD7 dis→prg, RPMB programming).
-    Busy,
-    /// The card leaving prg after an HPI.
-    HpiExit,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Operation {
-    pub kind: OpKind,
-    pub start: Nanos,
-    pub end: Nanos,
-    /// Lengthened by a fault plan's stuck busy: HPI may end it whatever its kind.
-    pub stuck: bool,
-}
-
-impl OpKind {
-    /// Operations HPI may interrupt: programming, erase, BKOPS and sanitize. Cache flushes
-    /// and register switches are not interruptible.
-    fn interruptible(&self) -> bool {
-        matches!(
-            self,
-            OpKind::Program(_) | OpKind::Erase(_) | OpKind::Bkops { .. } | OpKind::Sanitize
-        )
-    }
-}
 
 impl Card {
     /// Start a busy operation of `busy_ns` now. The card enters prg unless it is in a
     /// state that stays (slp, stby after awake, dis).
     pub(super) fn begin_op(&mut self, busy_ns: Nanos, kind: OpKind) {
-        let start = self.now;
-        self.op = Some(Operation {
-            kind,
-            start,
-            end: start.saturating_add(busy_ns),
-            stuck: false,
-        });
+        self.busy.begin(self.now, busy_ns, kind);
         if matches!(
             self.state,
             CardState::Tran | CardState::Rcv | CardState::Data
@@ -98,11 +27,9 @@ impl Card {
 
     /// Complete the current operation if card time has reached its end.
     pub(super) fn settle(&mut self) {
-        let Some(op) = self.op.as_ref() else { return };
-        if self.now < op.end {
+        let Some(op) = self.busy.take_finished(self.now) else {
             return;
-        }
-        let op = self.op.take().expect("checked above");
+        };
         match op.kind {
             OpKind::Program(p) => {
                 let total = p.total_sectors();
@@ -148,14 +75,15 @@ impl Card {
             }
             // Without a data-keeping store the write buffer holds no sector data.
             let data = match self
-                .write_buf
+                .data
+                .write_buf()
                 .get(seg.buf_offset..seg.buf_offset + n as usize * 512)
             {
                 Some(data) => data,
                 None if !self.store.keeps_data() => &[],
                 None => {
                     log::error!("write buffer holds less than the {n} sectors to program");
-                    self.status |= super::r1::ERROR;
+                    self.regs.raise(r1::ERROR);
                     return;
                 }
             };
@@ -175,7 +103,7 @@ impl Card {
                     "programming {n} sectors at image sector {}: {e}",
                     seg.sector
                 );
-                self.status |= super::r1::ERROR;
+                self.regs.raise(r1::ERROR);
                 return;
             }
             self.stats.sectors_written += n;
@@ -187,7 +115,7 @@ impl Card {
         if programmed_medium && !medium_only {
             if let Err(e) = self.store.sync_program() {
                 log::error!("syncing the image: {e}");
-                self.status |= super::r1::ERROR;
+                self.regs.raise(r1::ERROR);
             }
         }
     }
@@ -225,60 +153,23 @@ impl Card {
     /// Start programming `p`: the card goes busy for its cost.
     pub(super) fn start_program(&mut self, p: ProgramOp, packed: bool, extra: Cost) {
         let cost = self.program_cost(&p, packed) + extra;
-        self.bkops_outstanding_ns = self.bkops_outstanding_ns.saturating_add(cost.background_ns);
+        self.busy.add_background(cost.background_ns);
         self.begin_op(cost.busy_ns, OpKind::Program(p));
-    }
-
-    /// Sectors of a program operation done by `at`, proportionally to elapsed time
-    /// (`commit_program` rounds a partial segment down to its granule).
-    fn sectors_done(op: &Operation, p: &ProgramOp, at: Nanos) -> u64 {
-        let total = p.total_sectors();
-        let span = op.end - op.start;
-        if span == 0 || at >= op.end {
-            return total;
-        }
-        let elapsed = at.saturating_sub(op.start);
-        (u128::from(total) * u128::from(elapsed) / u128::from(span)) as u64
-    }
-
-    /// How many sectors `commit_program(p, done)` actually lands.
-    fn sectors_landed(p: &ProgramOp, done: u64) -> u64 {
-        let mut left = done;
-        let mut landed = 0;
-        for seg in p.segments.as_slice() {
-            let n = seg.count.min(left);
-            left -= n;
-            if n < seg.count {
-                landed += n - n % seg.granule.max(1);
-                break;
-            }
-            landed += n;
-        }
-        landed
     }
 
     /// High Priority Interrupt: stop the current interruptible operation as soon as safely
     /// possible. Returns false if there was nothing HPI can interrupt (the card simply
     /// finishes what it is doing).
     pub(super) fn high_priority_interrupt(&mut self) -> bool {
-        let Some(op) = self.op.take() else {
+        let Some(op) = self.busy.take_interruptible() else {
             return false;
         };
-        if !op.kind.interruptible() && !op.stuck {
-            self.op = Some(op);
-            return false;
-        }
         let now = self.now;
         match &op.kind {
             OpKind::Program(p) => {
-                let done = Self::sectors_landed(p, Self::sectors_done(&op, p, now));
+                let done = p.sectors_landed(op.sectors_done(p, now));
                 self.commit_program(p, done);
-                ext_csd::write_le(
-                    &mut self.ext_csd,
-                    ext_csd::CORRECTLY_PRG_SECTORS_NUM,
-                    4,
-                    u32::try_from(done).unwrap_or(u32::MAX),
-                );
+                self.regs.set_correctly_programmed(done);
                 log::debug!("HPI: {done} of {} sectors programmed", p.total_sectors());
             }
             OpKind::Erase(e) => {
@@ -307,16 +198,13 @@ impl Card {
         } else {
             done
         };
-        self.bkops_outstanding_ns = self.bkops_outstanding_ns.saturating_sub(own);
+        self.busy.work_off(own);
     }
 
     /// Outstanding background work: the timing model's own debt, if it keeps one, plus
     /// what the card accumulated.
     pub(super) fn outstanding_background(&self) -> Nanos {
-        self.timing
-            .background_debt()
-            .unwrap_or(0)
-            .saturating_add(self.bkops_outstanding_ns)
+        self.busy.outstanding(self.timing.background_debt())
     }
 
     /// Power is cut at card time `at`: operations that completed by then are in; a write
@@ -324,10 +212,10 @@ impl Card {
     /// erase in progress does not happen; the volatile cache is lost.
     pub(super) fn cut_power(&mut self, at: Nanos) {
         self.advance(at);
-        if let Some(op) = self.op.take() {
+        if let Some(op) = self.busy.take() {
             if let OpKind::Program(p) = &op.kind {
                 // Only what reached the medium survives; cached segments die with the cache.
-                let done = Self::sectors_done(&op, p, self.now);
+                let done = op.sectors_done(p, self.now);
                 self.commit_segments(p, done, true);
             }
         }
@@ -354,12 +242,12 @@ impl Card {
             }
             Err(e) => {
                 log::error!("cache flush failed: {e}");
-                self.status |= super::r1::ERROR;
+                self.regs.raise(r1::ERROR);
             }
         }
         if let Err(e) = self.store.sync() {
             log::error!("syncing the image: {e}");
-            self.status |= super::r1::ERROR;
+            self.regs.raise(r1::ERROR);
         }
         let mut cost = self.timing.flush(self.now);
         if dirty > 0 {

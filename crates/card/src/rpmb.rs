@@ -337,6 +337,48 @@ pub trait RpmbMedium {
     fn write(&mut self, address: u16, data: &[u8]) -> bool;
 }
 
+/// The RPMB partition of a card's image as an [`RpmbMedium`]: half sector `address` is
+/// at byte `start_byte + 256 × address` of `store`, and nothing exists past `size_bytes`.
+pub(crate) struct StoreArea<'a> {
+    store: &'a mut dyn crate::store::Store,
+    start_byte: u64,
+    size_bytes: u64,
+}
+
+impl<'a> StoreArea<'a> {
+    /// The partition at `extent` (in sectors) of `store`.
+    pub fn new(
+        store: &'a mut dyn crate::store::Store,
+        extent: crate::partition::Extent,
+    ) -> StoreArea<'a> {
+        StoreArea {
+            store,
+            start_byte: extent.start * 512,
+            size_bytes: extent.sectors * 512,
+        }
+    }
+
+    fn range(&self, address: u16, len: usize) -> Option<u64> {
+        let offset = u64::from(address) * HALF_SECTOR as u64;
+        (offset + len as u64 <= self.size_bytes).then_some(self.start_byte + offset)
+    }
+}
+
+impl RpmbMedium for StoreArea<'_> {
+    fn read(&mut self, address: u16, buf: &mut [u8]) -> bool {
+        match self.range(address, buf.len()) {
+            Some(at) => self.store.read_at(at, buf).is_ok(),
+            None => false,
+        }
+    }
+    fn write(&mut self, address: u16, data: &[u8]) -> bool {
+        match self.range(address, data.len()) {
+            Some(at) => self.store.write_at(at, data).is_ok(),
+            None => false,
+        }
+    }
+}
+
 /// Frames the card could not take at all (the card reports R1 ERROR).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RpmbBusError {
@@ -997,6 +1039,38 @@ mod tests {
             dst.copy_from_slice(data);
             true
         }
+    }
+
+    #[test]
+    fn the_store_area_maps_half_sectors_inside_the_partition_only() {
+        use crate::partition::Extent;
+        use crate::store::{ImageLayout, MemStore, Store};
+        let mut store = MemStore::new(ImageLayout {
+            boot_bytes: 0,
+            rpmb_bytes: 128 << 10,
+            user_bytes: 1 << 20,
+        });
+        let extent = Extent {
+            start: 8,
+            sectors: 4,
+        };
+        let mut area = StoreArea::new(&mut store, extent);
+        assert!(area.write(1, &[0xAB; HALF_SECTOR]));
+        assert!(area.write(7, &[0xCD; HALF_SECTOR]), "the last half sector");
+        assert!(!area.write(8, &[0; HALF_SECTOR]), "past the partition");
+        assert!(
+            !area.write(7, &[0; 2 * HALF_SECTOR]),
+            "running past its end"
+        );
+        let mut half = [0u8; HALF_SECTOR];
+        assert!(area.read(1, &mut half));
+        assert_eq!(half, [0xAB; HALF_SECTOR]);
+        assert!(!area.read(8, &mut half));
+        let mut raw = [0u8; 512];
+        store.read_at(8 * 512, &mut raw).unwrap();
+        assert_eq!((raw[255], raw[256], raw[511]), (0, 0xAB, 0xAB));
+        store.read_at(11 * 512 + 256, &mut half).unwrap();
+        assert_eq!(half, [0xCD; HALF_SECTOR]);
     }
 
     fn fresh() -> (Rpmb, VecMedium) {

@@ -1,10 +1,18 @@
-//! CMD6 SWITCH: the four access modes over EXT_CSD, and what writing each host-writable
-//! field does. A write the field does not allow (read-only byte, reserved bits, a value
-//! the card does not support, a one-time field already set) is refused with SWITCH_ERROR,
-//! reported in the next status as the spec's "x" type requires, and changes nothing.
+//! CMD6 SWITCH: the four access modes over EXT_CSD, driven by the table of write rules
+//! (`ext_csd/rules.rs`). The dispatcher finds the row of the field the byte belongs to,
+//! applies the row's checks — reserved bits, allowed values, one-time rules, enable and
+//! disable pairs, what the card must support — then the field's own check if it has one,
+//! stores the value and carries out the field's effect.
+//!
+//! A write the field does not allow (read-only or reserved byte, reserved bits, a value
+//! the card does not support, a one-time field already set) is refused with
+//! SWITCH_ERROR, reported in the next status as the spec's "x" type requires, and
+//! changes nothing.
 
-use super::operation::OpKind;
+use super::ext_csd::rules::{self, Check, Effect, Need, Store, WriteRule};
 use super::partition::Partition;
+use super::parts::busy::OpKind;
+use super::parts::partitions;
 use super::status::r1;
 use super::{ext_csd as x, Card, Exec, Handled};
 use crate::timing::{Cost, SwitchKind};
@@ -15,33 +23,26 @@ const ACCESS_SET_BITS: u32 = 1;
 const ACCESS_CLEAR_BITS: u32 = 2;
 const ACCESS_WRITE_BYTE: u32 = 3;
 
-/// What a successful field write asks the card to do afterwards.
-struct Effect {
+/// What an accepted switch asks of the card afterwards: the kind of busy period the
+/// timing model costs, the operation the card is busy with, extra cost (a write-back,
+/// BKOPS), and whether the persistent state is saved.
+struct Outcome {
     kind: SwitchKind,
     op: OpKind,
     extra: Cost,
     persist: bool,
 }
 
-impl Effect {
-    fn generic() -> Effect {
-        Effect {
+impl Outcome {
+    fn generic() -> Outcome {
+        Outcome {
             kind: SwitchKind::Generic,
             op: OpKind::Busy,
             extra: Cost::ZERO,
             persist: false,
         }
     }
-
-    fn persistent() -> Effect {
-        Effect {
-            persist: true,
-            ..Effect::generic()
-        }
-    }
 }
-
-type SwitchResult = Result<Effect, String>;
 
 impl Card {
     pub(super) fn cmd6_switch(&mut self, e: &mut Exec) -> Handled {
@@ -53,12 +54,12 @@ impl Card {
             Err("reserved argument bits set".to_string())
         } else if access == ACCESS_COMMAND_SET {
             if cmd_set == 0 {
-                Ok(Effect::generic())
+                Ok(Outcome::generic())
             } else {
                 Err(format!("command set {cmd_set} is not supported"))
             }
         } else {
-            let old = self.ext_csd[index];
+            let old = self.regs.byte(index);
             let new = match access {
                 ACCESS_SET_BITS => old | value,
                 ACCESS_CLEAR_BITS => old & !value,
@@ -68,15 +69,14 @@ impl Card {
             self.switch_field(index, old, new)
         };
         match result {
-            Ok(effect) => {
-                if effect.persist {
+            Ok(outcome) => {
+                if outcome.persist {
                     self.save_persistent();
                 }
-                let switch = self.timing.switch(self.now, effect.kind);
-                let cost = switch + effect.extra;
-                self.bkops_outstanding_ns =
-                    self.bkops_outstanding_ns.saturating_add(cost.background_ns);
-                let mut op = effect.op;
+                let switch = self.timing.switch(self.now, outcome.kind);
+                let cost = switch + outcome.extra;
+                self.busy.add_background(cost.background_ns);
+                let mut op = outcome.op;
                 if let OpKind::Bkops { overhead_ns } = &mut op {
                     *overhead_ns = switch.busy_ns;
                 }
@@ -90,286 +90,145 @@ impl Card {
         Handled::R1b
     }
 
-    /// Write `new` (computed from `old` by the access mode) into EXT_CSD[index].
-    fn switch_field(&mut self, index: usize, old: u8, new: u8) -> SwitchResult {
-        let m = &self.model.ext_csd;
-        let partitioning_open = m.partitioning_support & x::PARTITIONING_EN != 0
-            && self.ext_csd[x::PARTITION_SETTING_COMPLETED] & 1 == 0;
-        match index {
-            x::FLUSH_CACHE => {
-                if new & !1 != 0 {
-                    return Err("only bit 0 (FLUSH) exists on a 4.5 card".into());
-                }
-                if m.cache_size == 0 {
-                    return Err("the card has no cache".into());
-                }
-                if new == 0 {
-                    return Ok(Effect::generic());
-                }
-                let extra = self.flush_cache();
-                Ok(Effect {
-                    op: OpKind::Flush,
-                    extra,
-                    ..Effect::generic()
-                })
+    /// Write `new` (computed from `old` by the access mode) into EXT_CSD[index], as the
+    /// field's write rule allows.
+    fn switch_field(&mut self, index: usize, old: u8, new: u8) -> Result<Outcome, String> {
+        let Some((field, rule)) = rules::write_rule(index) else {
+            return Err(if index >= x::PROPERTIES_SEGMENT {
+                format!("EXT_CSD[{index}] is in the read-only properties segment")
+            } else {
+                format!("EXT_CSD[{index}] is read-only or reserved on a 4.5 card")
+            });
+        };
+        let name = field.name;
+        let byte = index - field.offset;
+        self.check_rule(rule, byte, old, new)
+            .map_err(|why| format!("{name}: {why}"))?;
+        match rule.store {
+            Store::Value => self.regs.set_byte(index, new),
+            Store::Merge => self.regs.set_byte(index, old | new),
+            Store::No => {}
+        }
+        let mut outcome = self.switch_effect(rule.effect, old, new);
+        outcome.persist = rule.persist.applies(old, new);
+        Ok(outcome)
+    }
+
+    /// The row's checks, in the table's column order; the first that fails says why.
+    fn check_rule(&self, rule: &WriteRule, byte: usize, old: u8, new: u8) -> Result<(), String> {
+        let reserved = new & !rule.bits.of_byte(byte);
+        if reserved != 0 {
+            return Err(format!(
+                "bits {reserved:#04x} are reserved or not supported"
+            ));
+        }
+        if !rule.values.allow(new) {
+            return Err(format!("{new:#04x} is a reserved or unsupported value"));
+        }
+        if !rule.once.allow(old, new) {
+            return Err(format!(
+                "one-time programmable: {old:#04x} cannot become {new:#04x}"
+            ));
+        }
+        for &(enable, disable) in rule.disables {
+            if new & enable != 0 && (old | new) & disable != 0 {
+                return Err(format!("enable bit {enable:#04x} is disabled"));
             }
-            x::CACHE_CTRL => {
-                if new & !x::CACHE_EN != 0 {
-                    return Err("CACHE_CTRL has only CACHE_EN".into());
-                }
-                if m.cache_size == 0 && new != 0 {
-                    return Err("the card has no cache".into());
-                }
-                let mut effect = Effect::generic();
-                if new == 0 && old & x::CACHE_EN != 0 {
-                    // The cache is written back before it reads as off.
-                    effect.extra = self.flush_cache();
-                    effect.op = OpKind::Flush;
-                }
-                self.ext_csd[index] = new;
-                Ok(effect)
-            }
-            x::POWER_OFF_NOTIFICATION => {
-                if new > x::POWER_OFF_LONG {
-                    return Err(format!("POWER_OFF_NOTIFICATION {new} is not a 4.5 value"));
-                }
-                let mut effect = Effect::generic();
-                if new == x::POWER_OFF_SHORT || new == x::POWER_OFF_LONG {
-                    effect.extra = self.flush_cache();
-                    effect.op = OpKind::Flush;
-                    if new == x::POWER_OFF_LONG {
-                        effect.kind = SwitchKind::PowerOffLong;
+        }
+        for &(need, when) in rule.needs {
+            if when.applies(old, new) && !self.meets(need) {
+                return Err(match need {
+                    Need::Bit(_, _, what) => format!("needs {what}"),
+                    Need::Cache => "the card has no cache".into(),
+                    Need::PartitioningOpen => {
+                        "partitioning is not supported or already completed".into()
                     }
-                }
-                self.ext_csd[index] = new;
-                Ok(effect)
+                    Need::BootConfigUnprotected => "boot configuration is protected".into(),
+                });
             }
-            x::EXCEPTION_EVENTS_CTRL => {
-                let allowed =
-                    (x::EE_DYNCAP_NEEDED | x::EE_SYSPOOL_EXHAUSTED | x::EE_PACKED_FAILURE) as u8;
-                if new & !allowed != 0 {
-                    return Err(format!(
-                        "EXCEPTION_EVENTS_CTRL bits {:#04x} are not defined for 4.5",
-                        new & !allowed
-                    ));
-                }
-                self.ext_csd[index] = new;
-                Ok(Effect::generic())
+        }
+        self.check_field(rule.check, byte, new)
+    }
+
+    fn meets(&self, need: Need) -> bool {
+        match need {
+            Need::Bit(offset, mask, _) => self.regs.byte(offset) & mask != 0,
+            Need::Cache => self.regs.read_le(x::CACHE_SIZE, 4) != 0,
+            Need::PartitioningOpen => {
+                self.regs.byte(x::PARTITIONING_SUPPORT) & x::PARTITIONING_EN != 0
+                    && !self.regs.partitioning_completed()
             }
-            i if i == x::EXCEPTION_EVENTS_CTRL + 1 => {
-                if new != 0 {
-                    return Err("EXCEPTION_EVENTS_CTRL high byte is reserved".into());
-                }
-                Ok(Effect::generic())
-            }
-            x::CLASS_6_CTRL => {
-                if new != 0 {
-                    return Err("dynamic capacity is not supported".into());
-                }
-                Ok(Effect::generic())
-            }
-            i if (x::CONTEXT_CONF..x::CONTEXT_CONF + 15).contains(&i) => {
-                let context = i - x::CONTEXT_CONF + 1;
-                let max = usize::from(m.context_capabilities & 0x0F);
+            Need::BootConfigUnprotected => !self.regs.boot_config_protected(),
+        }
+    }
+
+    /// The field-specific checks that need more than the register.
+    fn check_field(&self, check: Check, byte: usize, new: u8) -> Result<(), String> {
+        match check {
+            Check::None => Ok(()),
+            Check::ContextId => {
+                let context = byte + 1;
+                let max = usize::from(self.regs.byte(x::CONTEXT_CAPABILITIES) & 0x0F);
                 if context > max {
                     return Err(format!("context {context} is beyond MAX_CONTEXT_ID {max}"));
                 }
-                self.ext_csd[index] = new;
-                Ok(Effect::generic())
+                Ok(())
             }
-            x::EXT_PARTITIONS_ATTRIBUTE | 53 => {
-                if !partitioning_open || m.partitioning_support & x::EXT_ATTRIBUTE_EN == 0 {
-                    return Err("extended partition attributes are not settable".into());
-                }
+            Check::PartitionTypes => {
+                let supported = self.regs.byte(x::EXT_SUPPORT);
                 for nibble in [new & 0x0F, new >> 4] {
                     let ok = match nibble {
                         0 => true,
-                        1 => m.ext_support & 1 != 0,
-                        2 => m.ext_support & 2 != 0,
+                        1 => supported & 1 != 0,
+                        2 => supported & 2 != 0,
                         _ => false,
                     };
                     if !ok {
                         return Err(format!("partition type {nibble} is not supported"));
                     }
                 }
-                self.ext_csd[index] = new;
-                Ok(Effect::persistent())
+                Ok(())
             }
-            x::USE_NATIVE_SECTOR => {
-                if new != 0 {
-                    return Err("the card has no 4 KiB native sectors".into());
+            Check::PartitionExists => {
+                let partition = Partition::from_access(new);
+                if !self.partitions.exists(partition) {
+                    return Err(format!("partition {} does not exist", partition.name()));
                 }
-                Ok(Effect::generic())
+                Ok(())
             }
-            i if (x::VENDOR_SPECIFIC_FIELD..x::VENDOR_SPECIFIC_FIELD + 64).contains(&i) => {
-                self.ext_csd[index] = new;
-                Ok(Effect::persistent())
+            Check::PartitionSettings => {
+                if new & 1 == 0 {
+                    return Ok(());
+                }
+                partitions::check_settings(
+                    self.model.hc_wp_group_sectors(),
+                    self.regs.gp_size_mults(),
+                    self.model.user_bytes() / 512,
+                    u64::from(self.regs.read_le(x::ENH_SIZE_MULT, 3)),
+                    u64::from(self.model.ext_csd.max_enh_size_mult),
+                )
             }
-            x::PERIODIC_WAKEUP => {
-                self.ext_csd[index] = new;
-                Ok(Effect::persistent())
-            }
-            x::TCASE_SUPPORT => Ok(Effect::generic()),
-            x::SEC_BAD_BLK_MGMNT => {
-                if new & !1 != 0 || (new != 0 && m.sec_feature_support & x::SEC_BD_BLK_EN == 0) {
-                    return Err("secure bad-block management is not supported".into());
-                }
-                self.ext_csd[index] = new;
-                Ok(Effect::persistent())
-            }
-            i if (x::ENH_START_ADDR..x::PARTITION_SETTING_COMPLETED).contains(&i)
-                || i == x::PARTITIONS_ATTRIBUTE =>
-            {
-                if !partitioning_open {
-                    return Err("partitioning is not supported or already completed".into());
-                }
-                if i == x::PARTITIONS_ATTRIBUTE
-                    && (new & !0x1F != 0
-                        || (new != 0 && m.partitioning_support & x::ENH_ATTRIBUTE_EN == 0))
-                {
-                    return Err("enhanced attributes are not supported".into());
-                }
-                self.ext_csd[index] = new;
-                Ok(Effect::persistent())
-            }
-            x::PARTITION_SETTING_COMPLETED => {
-                if new & !1 != 0 {
-                    return Err("PARTITION_SETTING_COMPLETED has only bit 0".into());
-                }
-                if new == 0 {
-                    return if old == 0 {
-                        Ok(Effect::generic())
-                    } else {
-                        Err("partitioning is one-time".into())
-                    };
-                }
-                if !partitioning_open {
-                    return Err("partitioning is not supported or already completed".into());
-                }
-                self.check_partition_settings()?;
-                self.ext_csd[index] = 1;
-                Ok(Effect::persistent())
-            }
-            x::HPI_MGMT => {
-                if new & !x::HPI_EN != 0 || (new != 0 && m.hpi_features & x::HPI_SUPPORT == 0) {
-                    return Err("HPI is not supported".into());
-                }
-                self.ext_csd[index] = new;
-                Ok(Effect::generic())
-            }
-            x::RST_N_FUNCTION => {
-                if new > 2 {
-                    return Err(format!("RST_n_FUNCTION {new} is reserved"));
-                }
-                if old != 0 && new != old {
-                    return Err("RST_n_FUNCTION is one-time programmable".into());
-                }
-                self.ext_csd[index] = new;
-                Ok(Effect::persistent())
-            }
-            x::BKOPS_EN => {
-                if new & !x::BKOPS_MANUAL_EN != 0 {
-                    return Err("only MANUAL_EN exists on a 4.5 card".into());
-                }
-                if new != 0 && m.bkops_support & 1 == 0 {
-                    return Err("BKOPS is not supported".into());
-                }
-                if old & x::BKOPS_MANUAL_EN != 0 && new == 0 {
-                    return Err("BKOPS_EN is one-time programmable".into());
-                }
-                self.ext_csd[index] = new;
-                Ok(Effect::persistent())
-            }
-            x::BKOPS_START => {
-                if m.bkops_support & 1 == 0 || self.ext_csd[x::BKOPS_EN] & x::BKOPS_MANUAL_EN == 0 {
-                    return Err("BKOPS_START needs BKOPS_SUPPORT and BKOPS_EN".into());
-                }
-                // Busy until the outstanding background work is done (or HPI).
-                Ok(Effect {
-                    op: OpKind::Bkops { overhead_ns: 0 },
-                    extra: Cost::busy(self.outstanding_background()),
-                    ..Effect::generic()
-                })
-            }
-            x::SANITIZE_START => {
-                if m.sec_feature_support & x::SEC_SANITIZE == 0 {
-                    return Err("sanitize is not supported".into());
-                }
-                self.purge_secure_trim_marks();
-                Ok(Effect {
-                    kind: SwitchKind::Sanitize,
-                    op: OpKind::Sanitize,
-                    ..Effect::generic()
-                })
-            }
-            x::WR_REL_SET => {
-                if m.wr_rel_param & x::HS_CTRL_REL == 0 || !partitioning_open || new & !0x1F != 0 {
-                    return Err("WR_REL_SET is not host-programmable now".into());
-                }
-                self.ext_csd[index] = new;
-                Ok(Effect::persistent())
-            }
-            x::FW_CONFIG => {
-                if new & !1 != 0 {
-                    return Err("FW_CONFIG has only Update_Disable".into());
-                }
-                self.ext_csd[index] = new;
-                Ok(Effect::persistent())
-            }
-            x::USER_WP => self.switch_user_wp(old, new),
-            x::BOOT_WP => self.switch_boot_wp(old, new),
-            x::ERASE_GROUP_DEF => {
-                if new & !1 != 0 {
-                    return Err("ERASE_GROUP_DEF has only bit 0".into());
-                }
-                self.ext_csd[index] = new;
-                Ok(Effect::generic())
-            }
-            x::BOOT_BUS_CONDITIONS => {
-                if new & !0x1F != 0 || new & 0x03 == 3 || (new >> 3) & 0x03 == 3 {
-                    return Err(format!("BOOT_BUS_CONDITIONS {new:#04x} is reserved"));
-                }
-                if self.boot_config_protected() && new != old {
-                    return Err("boot configuration is protected".into());
-                }
-                self.ext_csd[index] = new;
-                Ok(Effect::persistent())
-            }
-            x::BOOT_CONFIG_PROT => {
-                let allowed = x::PWR_BOOT_CONFIG_PROT | x::PERM_BOOT_CONFIG_PROT;
-                if new & !allowed != 0 {
-                    return Err("BOOT_CONFIG_PROT reserved bits".into());
-                }
-                // Protection bits can only be set; they clear by power cycle (PWR) or never.
-                self.ext_csd[index] = old | new;
-                Ok(Effect::persistent())
-            }
-            x::PARTITION_CONFIG => self.switch_partition_config(old, new),
-            x::BUS_WIDTH => {
-                let ddr = matches!(new, 5 | 6);
-                if !matches!(new, 0 | 1 | 2 | 5 | 6) {
-                    return Err(format!("BUS_WIDTH {new:#04x} is not a 4.5 bus mode"));
-                }
-                if ddr {
-                    let ddr_cap = m.device_type
+            Check::BusMode => {
+                if matches!(new, 5 | 6) {
+                    let ddr = self.regs.byte(x::DEVICE_TYPE)
                         & (x::DEVICE_TYPE_DDR_52_1V8 | x::DEVICE_TYPE_DDR_52_1V2)
                         != 0;
-                    if !ddr_cap || self.ext_csd[x::HS_TIMING] & 0x0F != 1 {
+                    if !ddr || self.regs.hs_timing() & 0x0F != 1 {
                         return Err("DDR needs DDR support and HS_TIMING high speed".into());
                     }
                 }
-                self.bus_width = new;
-                Ok(Effect::generic())
+                Ok(())
             }
-            x::HS_TIMING => {
+            Check::Timing => {
+                let device_type = self.regs.byte(x::DEVICE_TYPE);
                 let timing = new & 0x0F;
                 let driver = new >> 4;
                 let ok = match timing {
                     0 => true,
-                    1 => m.device_type & (x::DEVICE_TYPE_HS_26 | x::DEVICE_TYPE_HS_52) != 0,
+                    1 => device_type & (x::DEVICE_TYPE_HS_26 | x::DEVICE_TYPE_HS_52) != 0,
                     2 => {
-                        m.device_type & (x::DEVICE_TYPE_HS200_1V8 | x::DEVICE_TYPE_HS200_1V2) != 0
-                            && matches!(self.bus_width, 1 | 2)
+                        device_type & (x::DEVICE_TYPE_HS200_1V8 | x::DEVICE_TYPE_HS200_1V2) != 0
+                            && matches!(self.regs.bus_width(), 1 | 2)
                     }
                     _ => false,
                 };
@@ -378,155 +237,226 @@ impl Card {
                         "HS_TIMING {timing} is not supported in this bus mode"
                     ));
                 }
-                if driver != 0 && m.driver_strength & (1 << driver) == 0 {
+                // DRIVER_STRENGTH has 8 bits: a driver type of 8..15 tests bit (type - 8),
+                // as the shift always did in release builds (and panicked in debug ones).
+                let strengths = self.regs.byte(x::DRIVER_STRENGTH);
+                if driver != 0 && strengths & 1u8.wrapping_shl(u32::from(driver)) == 0 {
                     return Err(format!("driver strength type {driver} is not supported"));
                 }
-                self.ext_csd[index] = new;
-                Ok(Effect::generic())
+                Ok(())
             }
-            x::POWER_CLASS => {
-                if new > 0x0F {
-                    return Err("POWER_CLASS is a 4-bit class".into());
+        }
+    }
+
+    /// What an accepted write does beyond storing its value.
+    fn switch_effect(&mut self, effect: Effect, old: u8, new: u8) -> Outcome {
+        let mut outcome = Outcome::generic();
+        match effect {
+            Effect::None => {}
+            Effect::FlushCache => {
+                if new & 1 != 0 {
+                    outcome.extra = self.flush_cache();
+                    outcome.op = OpKind::Flush;
                 }
-                self.ext_csd[index] = new;
-                Ok(Effect::generic())
             }
-            x::CMD_SET => {
-                if new != 0 {
-                    return Err("only the standard command set exists".into());
+            Effect::CacheOff => {
+                if new == 0 && old & x::CACHE_EN != 0 {
+                    // The cache is written back before it reads as off.
+                    outcome.extra = self.flush_cache();
+                    outcome.op = OpKind::Flush;
                 }
-                Ok(Effect::generic())
             }
-            i if i >= x::PROPERTIES_SEGMENT => Err(format!(
-                "EXT_CSD[{i}] is in the read-only properties segment"
-            )),
-            i => Err(format!(
-                "EXT_CSD[{i}] is read-only or reserved on a 4.5 card"
-            )),
-        }
-    }
-
-    fn boot_config_protected(&self) -> bool {
-        self.ext_csd[x::BOOT_CONFIG_PROT] & (x::PWR_BOOT_CONFIG_PROT | x::PERM_BOOT_CONFIG_PROT)
-            != 0
-    }
-
-    fn switch_partition_config(&mut self, old: u8, new: u8) -> SwitchResult {
-        if new & 0x80 != 0 {
-            return Err("PARTITION_CONFIG bit 7 is reserved".into());
-        }
-        let partition = Partition::from_access(new);
-        if !self.partitions.exists(partition) {
-            return Err(format!("partition {} does not exist", partition.name()));
-        }
-        let enable = (new >> 3) & 0x7;
-        if !matches!(enable, 0 | 1 | 2 | 7) {
-            return Err(format!("BOOT_PARTITION_ENABLE {enable} is reserved"));
-        }
-        let boot_bits = 0x78;
-        if (new ^ old) & boot_bits != 0 && self.boot_config_protected() {
-            return Err("boot configuration is protected".into());
-        }
-        self.ext_csd[x::PARTITION_CONFIG] = new;
-        let mut effect = Effect {
-            persist: (new ^ old) & boot_bits != 0,
-            ..Effect::generic()
-        };
-        if (new ^ old) & 0x07 != 0 {
-            effect.kind = SwitchKind::PartitionAccess;
-        }
-        Ok(effect)
-    }
-
-    fn switch_user_wp(&mut self, old: u8, new: u8) -> SwitchResult {
-        use x::{
-            CD_PERM_WP_DIS, PERM_PSWD_DIS, US_PERM_WP_DIS, US_PERM_WP_EN, US_PWR_WP_DIS,
-            US_PWR_WP_EN,
-        };
-        let defined = US_PWR_WP_EN
-            | US_PERM_WP_EN
-            | US_PWR_WP_DIS
-            | US_PERM_WP_DIS
-            | CD_PERM_WP_DIS
-            | PERM_PSWD_DIS;
-        if new & !defined != 0 {
-            return Err("USER_WP reserved bits".into());
-        }
-        // One-time and until-power-cycle bits cannot be cleared by the host.
-        let sticky = US_PWR_WP_DIS | US_PERM_WP_DIS | CD_PERM_WP_DIS | PERM_PSWD_DIS;
-        if old & sticky & !new != 0 {
-            return Err("USER_WP disable bits cannot be cleared".into());
-        }
-        let dis = new | old;
-        if new & US_PWR_WP_EN != 0 && dis & US_PWR_WP_DIS != 0 {
-            return Err("power-on write protection is disabled".into());
-        }
-        if new & US_PERM_WP_EN != 0 && dis & US_PERM_WP_DIS != 0 {
-            return Err("permanent write protection is disabled".into());
-        }
-        self.ext_csd[x::USER_WP] = new;
-        Ok(Effect::persistent())
-    }
-
-    fn switch_boot_wp(&mut self, old: u8, new: u8) -> SwitchResult {
-        use x::{
-            B_PERM_WP_DIS, B_PERM_WP_EN, B_PERM_WP_SEC_SEL, B_PWR_WP_DIS, B_PWR_WP_EN,
-            B_PWR_WP_SEC_SEL, B_SEC_WP_SEL,
-        };
-        if new & (1 << 5) != 0 {
-            return Err("BOOT_WP bit 5 is reserved".into());
-        }
-        if new & B_PERM_WP_EN != 0 && (old | new) & B_PERM_WP_DIS != 0 {
-            return Err("permanent boot write protection is disabled".into());
-        }
-        if new & B_PWR_WP_EN != 0 && (old | new) & B_PWR_WP_DIS != 0 {
-            return Err("power-on boot write protection is disabled".into());
-        }
-        let areas = |sel: u8| -> [bool; 2] {
-            if new & B_SEC_WP_SEL != 0 {
-                let second = new & sel != 0;
-                [!second, second]
-            } else {
-                [true, true]
+            Effect::PowerOffNotification => {
+                if new == x::POWER_OFF_SHORT || new == x::POWER_OFF_LONG {
+                    outcome.extra = self.flush_cache();
+                    outcome.op = OpKind::Flush;
+                    if new == x::POWER_OFF_LONG {
+                        outcome.kind = SwitchKind::PowerOffLong;
+                    }
+                }
             }
-        };
-        if new & B_PWR_WP_EN != 0 {
-            for (i, on) in areas(B_PWR_WP_SEC_SEL).into_iter().enumerate() {
-                self.protect.boot_power_on[i] |= on;
+            Effect::StartBkops => {
+                // Busy until the outstanding background work is done (or HPI).
+                outcome.op = OpKind::Bkops { overhead_ns: 0 };
+                outcome.extra = Cost::busy(self.outstanding_background());
             }
-        }
-        if new & B_PERM_WP_EN != 0 {
-            for (i, on) in areas(B_PERM_WP_SEC_SEL).into_iter().enumerate() {
-                self.protect.boot_permanent[i] |= on;
+            Effect::Sanitize => {
+                self.purge_secure_trim_marks();
+                outcome.kind = SwitchKind::Sanitize;
+                outcome.op = OpKind::Sanitize;
             }
+            Effect::BootWp => self.protection.latch_boot_wp(new),
+            Effect::PartitionAccess => {
+                if (new ^ old) & 0x07 != 0 {
+                    outcome.kind = SwitchKind::PartitionAccess;
+                }
+            }
+            Effect::BusWidth => self.regs.set_bus_width(new),
         }
-        // Enable and disable bits stay set until a power cycle (PWR) or forever (PERM).
-        self.ext_csd[x::BOOT_WP] = old | new;
-        Ok(Effect::persistent())
+        outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::{Command, Response};
+    use crate::ext_csd::fields::{field_at, Access};
+    use crate::model::DeviceModel;
+    use crate::store::MemStore;
+    use crate::timing::Nanos;
+
+    const RCA: u32 = 1 << 16;
+
+    /// A card in tran, and card time.
+    fn ready(model: DeviceModel) -> (Card, Nanos) {
+        let layout = Card::layout_for(&model);
+        let mut card = Card::new(model, Box::new(MemStore::new(layout))).unwrap();
+        let mut now = 0;
+        for (index, arg) in [
+            (0u8, 0u32),
+            (1, 0x40FF_8080),
+            (1, 0x40FF_8080),
+            (2, 0),
+            (3, RCA),
+            (7, RCA),
+        ] {
+            now += 1_000;
+            card.execute(now, Command::new(index, arg));
+        }
+        assert_eq!(card.state(), crate::CardState::Tran);
+        (card, now)
     }
 
-    /// Check GP/enhanced sizes before PARTITION_SETTING_COMPLETED is accepted.
-    fn check_partition_settings(&self) -> Result<(), String> {
-        let unit = self.model.hc_wp_group_sectors();
-        if unit == 0 {
-            return Err("HC_WP_GRP_SIZE × HC_ERASE_GRP_SIZE is zero".into());
+    /// CMD6 with `access` on `index` := `value`, wait out the busy period, CMD13: whether
+    /// the switch was accepted, and how long the card was busy.
+    fn switch_busy(
+        card: &mut Card,
+        now: &mut Nanos,
+        access: u32,
+        index: usize,
+        value: u8,
+    ) -> (bool, Nanos) {
+        let arg = access << 24 | (index as u32) << 16 | u32::from(value) << 8;
+        *now += 1_000;
+        let resp = card.execute(*now, Command::new(6, arg));
+        assert!(matches!(resp, Some(Response::R1b(_))), "{resp:?}");
+        let busy = card.busy_until().map_or(0, |end| end - *now);
+        *now += busy + 1_000;
+        match card.execute(*now, Command::new(13, RCA)) {
+            Some(Response::R1(s)) => (s & r1::SWITCH_ERROR == 0, busy),
+            other => panic!("CMD13: {other:?}"),
         }
-        let gp: u64 = self.gp_size_mults().iter().sum::<u64>() * unit;
-        let user = self.model.user_bytes() / 512;
-        if gp >= user {
-            return Err(format!(
-                "general purpose partitions ({gp} sectors) do not fit the user area ({user})"
-            ));
-        }
-        let enh = u64::from(x::read_le(&self.ext_csd, x::ENH_SIZE_MULT, 3));
-        if enh > u64::from(self.model.ext_csd.max_enh_size_mult) {
-            return Err("enhanced user area exceeds MAX_ENH_SIZE_MULT".into());
-        }
-        Ok(())
     }
 
-    /// GP_SIZE_MULT_1..4 as written by the host.
-    pub(super) fn gp_size_mults(&self) -> [u64; 4] {
-        std::array::from_fn(|i| u64::from(x::read_le(&self.ext_csd, x::GP_SIZE_MULT + 3 * i, 3)))
+    fn switch(card: &mut Card, now: &mut Nanos, access: u32, index: usize, value: u8) -> bool {
+        switch_busy(card, now, access, index, value).0
+    }
+
+    fn generic() -> DeviceModel {
+        DeviceModel::load("generic-emmc45").unwrap()
+    }
+
+    #[test]
+    fn a_refused_switch_changes_nothing_and_read_only_bytes_refuse_every_value() {
+        let (mut card, mut now) = ready(generic());
+        for index in 0..=255usize {
+            let writable = field_at(index).is_some_and(|f| f.access != Access::R);
+            for value in [0x00u8, 0x01, 0x80, 0xFF] {
+                let before = (card.ext_csd(), card.bus_config());
+                let accepted = switch(&mut card, &mut now, 3, index, value);
+                if !accepted {
+                    assert_eq!(
+                        (card.ext_csd(), card.bus_config()),
+                        before,
+                        "EXT_CSD[{index}] := {value:#04x} was refused but changed the card"
+                    );
+                }
+                assert!(
+                    writable || !accepted,
+                    "EXT_CSD[{index}] has no write rule but took {value:#04x}"
+                );
+                if accepted && index == x::PARTITION_CONFIG {
+                    // Back to the user area for the next writes.
+                    assert!(switch(&mut card, &mut now, 3, index, 0));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn write_only_fields_read_zero_and_merged_fields_only_gain_bits() {
+        let (mut card, mut now) = ready(generic());
+        assert!(switch(&mut card, &mut now, 3, x::BKOPS_EN, 1));
+        for index in [
+            x::FLUSH_CACHE,
+            x::BKOPS_START,
+            x::SANITIZE_START,
+            x::TCASE_SUPPORT,
+        ] {
+            assert!(switch(&mut card, &mut now, 3, index, 1), "EXT_CSD[{index}]");
+            assert_eq!(card.ext_csd()[index], 0, "EXT_CSD[{index}] is write-only");
+        }
+        assert!(switch(&mut card, &mut now, 3, x::BUS_WIDTH, 2));
+        assert_eq!(card.ext_csd()[x::BUS_WIDTH], 0);
+        assert_eq!(card.bus_config(), (0, 2), "the card remembers the width");
+
+        assert!(switch(&mut card, &mut now, 3, x::BOOT_CONFIG_PROT, 0x01));
+        assert!(switch(&mut card, &mut now, 3, x::BOOT_CONFIG_PROT, 0x10));
+        assert!(switch(&mut card, &mut now, 2, x::BOOT_CONFIG_PROT, 0x11));
+        assert_eq!(card.ext_csd()[x::BOOT_CONFIG_PROT], 0x11, "bits only set");
+    }
+
+    #[test]
+    fn one_time_and_feature_gated_fields_follow_their_rows() {
+        let (mut card, mut now) = ready(generic());
+        // RST_n_FUNCTION: any of 0..=2 once, then fixed.
+        assert!(!switch(&mut card, &mut now, 3, x::RST_N_FUNCTION, 3));
+        assert!(switch(&mut card, &mut now, 3, x::RST_N_FUNCTION, 2));
+        assert!(switch(&mut card, &mut now, 3, x::RST_N_FUNCTION, 2));
+        assert!(!switch(&mut card, &mut now, 3, x::RST_N_FUNCTION, 1));
+        // USER_WP: a disable bit cannot be cleared, and blocks its enable.
+        assert!(switch(&mut card, &mut now, 3, x::USER_WP, x::US_PWR_WP_DIS));
+        assert!(!switch(&mut card, &mut now, 3, x::USER_WP, 0));
+        assert!(!switch(&mut card, &mut now, 1, x::USER_WP, x::US_PWR_WP_EN));
+        // A card without a cache refuses cache control but not turning it off.
+        let mut model = generic();
+        model.ext_csd.cache_size = 0;
+        let (mut card, mut now) = ready(model);
+        assert!(!switch(&mut card, &mut now, 3, x::CACHE_CTRL, 1));
+        assert!(switch(&mut card, &mut now, 3, x::CACHE_CTRL, 0));
+        assert!(!switch(&mut card, &mut now, 3, x::FLUSH_CACHE, 0));
+    }
+
+    #[test]
+    fn a_partition_access_change_costs_a_partition_switch_and_boot_bits_persist() {
+        let (mut card, mut now) = ready(generic());
+        let (ok, access_change) = switch_busy(&mut card, &mut now, 3, x::PARTITION_CONFIG, 0x01);
+        assert!(ok);
+        assert_eq!(card.current_partition(), Partition::Boot1);
+        let (ok, boot_bits_only) = switch_busy(&mut card, &mut now, 3, x::PARTITION_CONFIG, 0x09);
+        assert!(ok);
+        let (ok, generic_switch) = switch_busy(&mut card, &mut now, 3, x::ERASE_GROUP_DEF, 1);
+        assert!(ok);
+        assert_eq!(
+            boot_bits_only, generic_switch,
+            "no access change: a generic switch"
+        );
+        assert_ne!(
+            access_change, generic_switch,
+            "PARTITION_SWITCH_TIME, not GENERIC_CMD6_TIME"
+        );
+        assert!(
+            !switch(&mut card, &mut now, 3, x::PARTITION_CONFIG, 0x04),
+            "no GP1"
+        );
+        assert_eq!(card.current_partition(), Partition::Boot1);
+        assert!(switch(&mut card, &mut now, 3, x::PARTITION_CONFIG, 0x48));
+        card.power_cycle(now, crate::PowerDown::Clean);
+        assert_eq!(
+            card.ext_csd()[x::PARTITION_CONFIG],
+            0x48,
+            "boot bits survive"
+        );
     }
 }

@@ -1,15 +1,15 @@
 //! Data commands and data phases: CMD8, 12, 14, 16, 17, 18, 19, 21, 23, 24, 25, 26, 27,
-//! 30, 31, 42, 56; packed reads and writes; RPMB frames; reliable write and forced
-//! programming; and the block-level data API ([`Card::read_data`], [`Card::write_data`]).
+//! 30, 31, 42, 56; packed reads and writes; reliable write and forced programming; and
+//! the block-level data API ([`Card::read_data`], [`Card::write_data`]). The state of a
+//! data phase is the data part (`parts/data.rs`); RPMB frames go through `rpmb_io.rs`.
 
 use super::one_or_many::OneOrMany;
-use super::operation::{OpKind, ProgramOp, Segment};
 use super::packed::{self, Direction, Header, HeaderError};
 use super::partition::Partition;
-use super::rpmb::{RpmbMedium, FRAME_LEN, HALF_SECTOR};
+use super::parts::busy::{OpKind, ProgramOp, Segment};
+use super::parts::data::{Sbc, SectorRead, SectorWrite, Sink, Transfer};
 use super::status::r1;
-use super::{ext_csd, registers, Card, CardState, DataError, Exec, Handled};
-use crate::store::Store;
+use super::{ext_csd, Card, CardState, DataError, Exec, Handled};
 use crate::timing::{Cost, Nanos, ProgramTarget, SwitchKind};
 
 const SECTOR: usize = 512;
@@ -37,161 +37,6 @@ const TUNING_BLOCK_8BIT: [u8; 128] = [
     0xbb, 0xbb, 0xff, 0xff, 0xff, 0x77, 0xff, 0xff, 0xff, 0x77, 0x77, 0xff, 0x77, 0xbb, 0xdd, 0xee,
 ];
 
-/// A CMD23 SET_BLOCK_COUNT argument, decoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Sbc {
-    pub count: u16,
-    pub reliable: bool,
-    pub packed: bool,
-    pub tag: bool,
-    pub context_id: u8,
-    pub forced: bool,
-    /// Bits 23:16 are reserved and must be zero.
-    pub reserved_set: bool,
-}
-
-impl Sbc {
-    fn decode(arg: u32) -> Sbc {
-        Sbc {
-            count: (arg & packed::CMD23_BLOCK_COUNT_MASK) as u16,
-            reliable: arg & packed::CMD23_RELIABLE_WRITE != 0,
-            packed: arg & packed::CMD23_PACKED != 0,
-            tag: arg & packed::CMD23_TAG_REQUEST != 0,
-            context_id: ((arg >> packed::CMD23_CONTEXT_ID_SHIFT) & 0xF) as u8,
-            forced: arg & packed::CMD23_FORCED_PROGRAMMING != 0,
-            reserved_set: arg & 0x00FF_0000 != 0,
-        }
-    }
-}
-
-/// Sectors to stream to the host from one partition, possibly in several pieces (packed
-/// read entries).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct SectorRead {
-    partition: Partition,
-    /// (partition-relative LBA, count) pieces, in transfer order.
-    pieces: OneOrMany<(u64, u64)>,
-    piece: usize,
-    done_in_piece: u64,
-    /// Ends by itself after the last piece (CMD23 count or single block); otherwise runs
-    /// until CMD12 and fails at the partition's end.
-    bounded: bool,
-    /// Boot-mode streaming: stops quietly at the end of the partition.
-    boot: bool,
-    /// Card-internal read time not yet reported to the host.
-    pending_ns: Nanos,
-}
-
-/// Sectors arriving from the host for one partition.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct SectorWrite {
-    partition: Partition,
-    /// Partition-relative LBA of the first sector still in the write buffer.
-    lba: u64,
-    /// Total blocks of a bounded transfer (`None`: open-ended, until CMD12).
-    count: Option<u64>,
-    /// Blocks received so far.
-    received: u64,
-    /// Blocks received since the write buffer was last programmed (the write buffer holds
-    /// their data when the store keeps data, or for a packed command's header).
-    buffered: u64,
-    target: ProgramTarget,
-    reliable: bool,
-    granule: u64,
-    /// A packed command: the write buffer starts with the header.
-    packed: bool,
-    /// Cost of pieces of an open-ended write already programmed while it streamed.
-    staged_cost: Cost,
-    /// The card refused a block (out of range, write protected); the rest is ignored.
-    failed: bool,
-}
-
-/// Single-block writes that are not sector data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Sink {
-    ProgramCid,
-    ProgramCsd,
-    LockUnlock,
-    BusTest,
-    GenCmd,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Transfer {
-    None,
-    ReadSectors(SectorRead),
-    /// Card → host from the card's read buffer, in blocks of `block_len`.
-    ReadBuffer {
-        block_len: usize,
-        pos: usize,
-    },
-    WriteSectors(SectorWrite),
-    WriteBuffer {
-        sink: Sink,
-        block_len: usize,
-    },
-    WriteRpmb {
-        frames: u64,
-        reliable: bool,
-    },
-}
-
-impl Transfer {
-    pub(super) fn block_len(&self, cmd16_block_len: usize) -> Option<usize> {
-        match self {
-            Transfer::None => None,
-            Transfer::ReadSectors(_) | Transfer::WriteSectors(_) | Transfer::WriteRpmb { .. } => {
-                Some(SECTOR)
-            }
-            Transfer::ReadBuffer { block_len, .. } | Transfer::WriteBuffer { block_len, .. } => {
-                Some(*block_len)
-            }
-        }
-        .map(|l| if l == 0 { cmd16_block_len } else { l })
-    }
-
-    pub(super) fn boot(partition: Partition, sectors: u64) -> Transfer {
-        Transfer::ReadSectors(SectorRead {
-            partition,
-            pieces: OneOrMany::One((0, sectors)),
-            piece: 0,
-            done_in_piece: 0,
-            bounded: false,
-            boot: true,
-            pending_ns: 0,
-        })
-    }
-}
-
-/// The RPMB partition's data seen through the store, in 256-byte half sectors.
-struct RpmbArea<'a> {
-    store: &'a mut dyn Store,
-    start_byte: u64,
-    size_bytes: u64,
-}
-
-impl RpmbArea<'_> {
-    fn range(&self, address: u16, len: usize) -> Option<u64> {
-        let offset = u64::from(address) * HALF_SECTOR as u64;
-        (offset + len as u64 <= self.size_bytes).then_some(self.start_byte + offset)
-    }
-}
-
-impl RpmbMedium for RpmbArea<'_> {
-    fn read(&mut self, address: u16, buf: &mut [u8]) -> bool {
-        match self.range(address, buf.len()) {
-            Some(at) => self.store.read_at(at, buf).is_ok(),
-            None => false,
-        }
-    }
-    fn write(&mut self, address: u16, data: &[u8]) -> bool {
-        match self.range(address, data.len()) {
-            Some(at) => self.store.write_at(at, data).is_ok(),
-            None => false,
-        }
-    }
-}
-
 impl Card {
     /// Decode a data address argument into a partition-relative LBA: sector addressing
     /// uses it as is; byte addressing needs 512-byte alignment.
@@ -208,12 +53,11 @@ impl Card {
     /// Block length check for sector data in byte-addressed mode (READ_BL_PARTIAL and
     /// WRITE_BL_PARTIAL are 0: only whole 512-byte blocks).
     fn data_block_len_ok(&self) -> bool {
-        self.model.sector_addressing() || self.block_len == SECTOR as u32
+        self.model.sector_addressing() || self.data.block_len() == SECTOR as u32
     }
 
     fn cache_enabled(&self) -> bool {
-        self.model.ext_csd.cache_size > 0
-            && self.ext_csd[ext_csd::CACHE_CTRL] & ext_csd::CACHE_EN != 0
+        self.model.ext_csd.cache_size > 0 && self.regs.cache_on()
     }
 
     fn enhanced_reliable_write(&self) -> bool {
@@ -236,9 +80,16 @@ impl Card {
         }
     }
 
-    /// Start streaming the read buffer to the host.
-    fn send_buffer(&mut self, block_len: usize) -> Handled {
-        self.transfer = Transfer::ReadBuffer { block_len, pos: 0 };
+    /// Start streaming the read buffer to the host, in blocks of `block_len`.
+    pub(super) fn send_buffer(&mut self, block_len: usize) -> Handled {
+        self.data.send(block_len);
+        self.state = CardState::Data;
+        Handled::R1
+    }
+
+    /// Send `bytes` to the host as one block.
+    fn send_bytes(&mut self, bytes: &[u8]) -> Handled {
+        self.data.send_bytes(bytes);
         self.state = CardState::Data;
         Handled::R1
     }
@@ -246,51 +97,36 @@ impl Card {
     // ---- register-like reads ----------------------------------------------------------
 
     pub(super) fn cmd8_send_ext_csd(&mut self, _x: &mut Exec) -> Handled {
-        self.read_buf.clear();
-        self.read_buf.extend_from_slice(&self.ext_csd());
-        self.send_buffer(ext_csd::EXT_CSD_LEN)
+        let e = self.ext_csd();
+        self.send_bytes(&e)
     }
 
     pub(super) fn cmd16_set_blocklen(&mut self, x: &mut Exec) -> Handled {
-        if x.arg == 0 || x.arg > SECTOR as u32 {
-            x.resp_status |= r1::BLOCK_LEN_ERROR;
-        } else {
-            self.block_len = x.arg;
+        if let Err(e) = self.data.set_block_len(x.arg) {
+            x.resp_status |= e;
         }
         Handled::R1
     }
 
     pub(super) fn cmd19_bustest_w(&mut self, _x: &mut Exec) -> Handled {
-        self.transfer = Transfer::WriteBuffer {
+        self.data.set(Transfer::WriteBuffer {
             sink: Sink::BusTest,
-            block_len: self.bus_width_bytes(),
-        };
+            block_len: self.regs.bus_width_bytes(),
+        });
         self.state = CardState::Btst;
         Handled::R1
     }
 
     pub(super) fn cmd14_bustest_r(&mut self, _x: &mut Exec) -> Handled {
         // Return the bitwise inverse of the pattern received with CMD19.
-        for b in &mut self.read_buf {
-            *b = !*b;
-        }
-        let len = self.read_buf.len().max(1);
-        self.read_buf.resize(len, 0xFF);
-        self.send_buffer(len)
-    }
-
-    /// Bytes per bus clock: the unit of the bus-test pattern.
-    fn bus_width_bytes(&self) -> usize {
-        match self.bus_width & 0x0F {
-            1 | 5 => 4,
-            2 | 6 => 8,
-            _ => 1,
-        }
+        self.data.send_bus_test_reply();
+        self.state = CardState::Data;
+        Handled::R1
     }
 
     pub(super) fn cmd21_send_tuning_block(&mut self, _x: &mut Exec) -> Handled {
-        let hs200 = self.ext_csd[ext_csd::HS_TIMING] & 0x0F == 2;
-        let pattern: &[u8] = match self.bus_width {
+        let hs200 = self.regs.hs_timing() & 0x0F == 2;
+        let pattern: &[u8] = match self.regs.bus_width() {
             1 => &TUNING_BLOCK_4BIT,
             2 => &TUNING_BLOCK_8BIT,
             _ => return Handled::Illegal("CMD21 needs a 4- or 8-bit SDR bus"),
@@ -298,19 +134,12 @@ impl Card {
         if !hs200 {
             return Handled::Illegal("CMD21 is only valid in HS200");
         }
-        self.read_buf.clear();
-        self.read_buf.extend_from_slice(pattern);
-        self.send_buffer(pattern.len())
+        self.send_bytes(pattern)
     }
 
     pub(super) fn cmd30_send_write_prot(&mut self, x: &mut Exec) -> Handled {
         match self.write_protect_bits(x.arg, false) {
-            Ok(bits) => {
-                self.read_buf.clear();
-                self.read_buf
-                    .extend_from_slice(&(bits as u32).to_be_bytes());
-                self.send_buffer(4)
-            }
+            Ok(bits) => self.send_bytes(&(bits as u32).to_be_bytes()),
             Err(e) => {
                 x.resp_status |= e;
                 Handled::R1
@@ -320,11 +149,7 @@ impl Card {
 
     pub(super) fn cmd31_send_write_prot_type(&mut self, x: &mut Exec) -> Handled {
         match self.write_protect_bits(x.arg, true) {
-            Ok(bits) => {
-                self.read_buf.clear();
-                self.read_buf.extend_from_slice(&bits.to_be_bytes());
-                self.send_buffer(8)
-            }
+            Ok(bits) => self.send_bytes(&bits.to_be_bytes()),
             Err(e) => {
                 x.resp_status |= e;
                 Handled::R1
@@ -335,8 +160,7 @@ impl Card {
     pub(super) fn cmd56_gen_cmd(&mut self, x: &mut Exec) -> Handled {
         if x.arg & 1 != 0 {
             // Vendor data block: this card has nothing vendor-specific to say.
-            self.read_buf.clear();
-            self.read_buf.resize(SECTOR, 0);
+            self.data.fill_read_buf(SECTOR);
             self.send_buffer(SECTOR)
         } else {
             self.receive_buffer(Sink::GenCmd, SECTOR)
@@ -344,7 +168,7 @@ impl Card {
     }
 
     fn receive_buffer(&mut self, sink: Sink, block_len: usize) -> Handled {
-        self.transfer = Transfer::WriteBuffer { sink, block_len };
+        self.data.set(Transfer::WriteBuffer { sink, block_len });
         self.state = CardState::Rcv;
         Handled::R1
     }
@@ -358,14 +182,14 @@ impl Card {
     }
 
     pub(super) fn cmd42_lock_unlock(&mut self, _x: &mut Exec) -> Handled {
-        let len = self.block_len as usize;
+        let len = self.data.block_len() as usize;
         self.receive_buffer(Sink::LockUnlock, len)
     }
 
     // ---- CMD23 and sector data --------------------------------------------------------
 
     pub(super) fn cmd23_set_block_count(&mut self, x: &mut Exec) -> Handled {
-        self.sbc = Some(Sbc::decode(x.arg));
+        self.data.set_block_count(x.arg);
         Handled::R1
     }
 
@@ -441,7 +265,7 @@ impl Card {
             }
             None => 0,
         };
-        self.transfer = Transfer::ReadSectors(SectorRead {
+        self.data.set(Transfer::ReadSectors(SectorRead {
             partition,
             pieces: OneOrMany::One((lba, count.unwrap_or(extent.sectors - lba))),
             piece: 0,
@@ -449,7 +273,7 @@ impl Card {
             bounded: count.is_some(),
             boot: false,
             pending_ns,
-        });
+        }));
         self.state = CardState::Data;
         Handled::R1
     }
@@ -495,20 +319,15 @@ impl Card {
         } else {
             ProgramTarget::Cache
         };
-        self.write_buf.clear();
-        self.transfer = Transfer::WriteSectors(SectorWrite {
+        self.data.receive(Transfer::WriteSectors(SectorWrite::new(
             partition,
             lba,
             count,
-            received: 0,
-            buffered: 0,
             target,
-            reliable: sbc.reliable,
+            sbc.reliable,
             granule,
-            packed: false,
-            staged_cost: Cost::ZERO,
-            failed: false,
-        });
+            false,
+        )));
         self.state = CardState::Rcv;
         Handled::R1
     }
@@ -516,9 +335,8 @@ impl Card {
     // ---- packed commands ----------------------------------------------------------------
 
     fn clear_packed_status(&mut self) {
-        self.ext_csd[ext_csd::PACKED_COMMAND_STATUS] = 0;
-        self.ext_csd[ext_csd::PACKED_FAILURE_INDEX] = 0;
-        self.packed_failure = false;
+        self.regs.clear_packed_failure();
+        self.data.set_packed_failure(false);
     }
 
     /// Report a failed packed command: `index` is the 1-based entry that failed (entries
@@ -526,13 +344,8 @@ impl Card {
     fn packed_failed(&mut self, index: Option<usize>, why: &str) {
         log::debug!("packed command failed at entry {index:?}: {why}");
         self.stats.packed_failures += 1;
-        self.packed_failure = true;
-        let mut status = ext_csd::PACKED_STATUS_ERROR;
-        if let Some(i) = index {
-            status |= ext_csd::PACKED_STATUS_INDEXED_ERROR;
-            self.ext_csd[ext_csd::PACKED_FAILURE_INDEX] = i.min(255) as u8;
-        }
-        self.ext_csd[ext_csd::PACKED_COMMAND_STATUS] = status;
+        self.data.set_packed_failure(true);
+        self.regs.set_packed_failure(index);
     }
 
     /// CMD25 after CMD23 with the packed bit: receive header and data, check at the end.
@@ -546,20 +359,16 @@ impl Card {
             x.resp_status |= r1::ERROR;
             return Handled::R1;
         }
-        self.write_buf.clear();
-        self.transfer = Transfer::WriteSectors(SectorWrite {
-            partition: self.current_partition(),
-            lba: 0,
-            count: Some(u64::from(sbc.count)),
-            received: 0,
-            buffered: 0,
-            target: ProgramTarget::Medium,
-            reliable: false,
-            granule: 1,
-            packed: true,
-            staged_cost: Cost::ZERO,
-            failed: false,
-        });
+        let partition = self.current_partition();
+        self.data.receive(Transfer::WriteSectors(SectorWrite::new(
+            partition,
+            0,
+            Some(u64::from(sbc.count)),
+            ProgramTarget::Medium,
+            false,
+            1,
+            true,
+        )));
         self.state = CardState::Rcv;
         Handled::R1
     }
@@ -595,7 +404,7 @@ impl Card {
         let header_blocks = 1u64;
         let announced = sw.received;
         let header = match Header::parse(
-            &self.write_buf,
+            self.data.write_buf(),
             Direction::Write,
             usize::from(self.model.ext_csd.max_packed_writes),
         )
@@ -630,7 +439,7 @@ impl Card {
         let cache = self.cache_enabled();
         let mut segments = Vec::with_capacity(header.entries.len());
         let mut offset = header_blocks as usize * SECTOR;
-        let injected = self.fault_packed_index.take();
+        let injected = self.faults.take_packed_entry();
         for (i, e) in header.entries.iter().enumerate() {
             let checked = if injected == Some(i + 1) {
                 Err(r1::ERROR)
@@ -680,7 +489,7 @@ impl Card {
     fn accept_packed_read_header(&mut self) {
         let partition = self.current_partition();
         match Header::parse(
-            &self.write_buf,
+            self.data.write_buf(),
             Direction::Read,
             usize::from(self.model.ext_csd.max_packed_reads),
         ) {
@@ -688,24 +497,24 @@ impl Card {
                 for (i, e) in h.entries.iter().enumerate() {
                     if let Err(bits) = self.check_entry(partition, e, false) {
                         self.packed_failed(Some(i + 1), &r1::describe(bits));
-                        self.status |= bits;
-                        self.packed_read = None;
+                        self.regs.raise(bits);
+                        self.data.store_packed_read(None);
                         return;
                     }
                 }
-                self.packed_read = Some(h.entries);
+                self.data.store_packed_read(Some(h.entries));
             }
             Err(e) => {
                 self.packed_failed(None, &e.to_string());
-                self.status |= r1::ERROR;
-                self.packed_read = None;
+                self.regs.raise(r1::ERROR);
+                self.data.store_packed_read(None);
             }
         }
     }
 
     /// CMD18 after CMD23 with the packed bit: stream the entries of the stored header.
     fn start_packed_read(&mut self, x: &mut Exec, sbc: Sbc) -> Handled {
-        let Some(entries) = self.packed_read.take() else {
+        let Some(entries) = self.data.take_packed_read() else {
             self.packed_failed(None, "packed CMD18 without a packed-read header");
             x.resp_status |= r1::ERROR;
             return Handled::R1;
@@ -735,7 +544,7 @@ impl Card {
             }
         }
         self.stats.packed_reads += 1;
-        self.transfer = Transfer::ReadSectors(SectorRead {
+        self.data.set(Transfer::ReadSectors(SectorRead {
             partition,
             pieces: pieces.into(),
             piece: 0,
@@ -743,94 +552,9 @@ impl Card {
             bounded: true,
             boot: false,
             pending_ns,
-        });
+        }));
         self.state = CardState::Data;
         Handled::R1
-    }
-
-    // ---- RPMB ---------------------------------------------------------------------------
-
-    fn start_rpmb_write(&mut self, x: &mut Exec, count: Option<u64>, sbc: Option<Sbc>) -> Handled {
-        match (count, sbc) {
-            (Some(n), Some(sbc)) if !sbc.packed && n > 0 => {
-                self.write_buf.clear();
-                self.transfer = Transfer::WriteRpmb {
-                    frames: n,
-                    reliable: sbc.reliable,
-                };
-                self.state = CardState::Rcv;
-                Handled::R1
-            }
-            _ => {
-                log::debug!("RPMB access without a CMD23 block count (CMD{})", x.index);
-                x.resp_status |= r1::ERROR;
-                Handled::R1
-            }
-        }
-    }
-
-    fn start_rpmb_read(&mut self, x: &mut Exec, count: Option<u64>) -> Handled {
-        let Some(n) = count.filter(|&n| n > 0 && x.sbc.is_some_and(|s| !s.packed)) else {
-            log::debug!("RPMB read without a CMD23 block count (CMD{})", x.index);
-            x.resp_status |= r1::ERROR;
-            return Handled::R1;
-        };
-        let Some(len) = usize::try_from(n)
-            .ok()
-            .and_then(|n| n.checked_mul(FRAME_LEN))
-        else {
-            x.resp_status |= r1::ERROR;
-            return Handled::R1;
-        };
-        let mut frames = std::mem::take(&mut self.read_buf);
-        frames.clear();
-        frames.resize(len, 0);
-        let extent = self.partitions.extent(Partition::Rpmb);
-        let mut area = RpmbArea {
-            store: self.store.as_mut(),
-            start_byte: extent.start * SECTOR as u64,
-            size_bytes: extent.sectors * SECTOR as u64,
-        };
-        let result = self.rpmb.read_frames(&mut frames, &mut area);
-        self.read_buf = frames;
-        if let Err(e) = result {
-            log::warn!("RPMB read: {e}");
-            x.resp_status |= r1::ERROR;
-            return Handled::R1;
-        }
-        self.send_buffer(FRAME_LEN)
-    }
-
-    fn finish_rpmb_write(&mut self, reliable: bool) {
-        let extent = self.partitions.extent(Partition::Rpmb);
-        let mut area = RpmbArea {
-            store: self.store.as_mut(),
-            start_byte: extent.start * SECTOR as u64,
-            size_bytes: extent.sectors * SECTOR as u64,
-        };
-        let frames = std::mem::take(&mut self.write_buf);
-        let result = self.rpmb.write_frames(&frames, reliable, &mut area);
-        let blocks = (frames.len() / SECTOR) as u32;
-        self.write_buf = frames;
-        match result {
-            Ok(true) => self.save_persistent(),
-            Ok(false) => {}
-            Err(e) => {
-                log::warn!("RPMB write: {e}");
-                self.status |= r1::ERROR;
-            }
-        }
-        let cost = self.timing.program(
-            self.now,
-            &crate::timing::Program {
-                sector: extent.start,
-                count: blocks,
-                target: ProgramTarget::Medium,
-                reliable: true,
-                packed_entry: false,
-            },
-        );
-        self.begin_op(cost.busy_ns, OpKind::Busy);
     }
 
     // ---- CMD12 --------------------------------------------------------------------------
@@ -838,7 +562,7 @@ impl Card {
     pub(super) fn cmd12_stop_transmission(&mut self, x: &mut Exec) -> Handled {
         match self.state {
             CardState::Data => {
-                self.transfer = Transfer::None;
+                self.data.stop();
                 self.state = CardState::Tran;
                 Handled::R1
             }
@@ -863,7 +587,7 @@ impl Card {
     /// arrives the card starts programming (prg) and is busy until [`Card::busy_until`].
     pub fn write_data(&mut self, now: Nanos, buf: &[u8]) -> Result<(), DataError> {
         self.advance(now);
-        let block_len = match (&self.transfer, self.state) {
+        let block_len = match (self.data.transfer(), self.state) {
             (Transfer::WriteSectors(_) | Transfer::WriteRpmb { .. }, CardState::Rcv) => SECTOR,
             (Transfer::WriteBuffer { block_len, .. }, CardState::Rcv | CardState::Btst) => {
                 *block_len
@@ -876,33 +600,24 @@ impl Card {
                 block_len,
             });
         }
-        match std::mem::replace(&mut self.transfer, Transfer::None) {
+        match self.data.take() {
             Transfer::WriteSectors(sw) => self.write_sectors(sw, buf),
             Transfer::WriteRpmb { frames, reliable } => {
-                let have = (self.write_buf.len() / SECTOR) as u64;
-                let n = (buf.len() / SECTOR) as u64;
-                if have + n > frames {
-                    self.transfer = Transfer::WriteRpmb { frames, reliable };
-                    return Err(DataError::PastBlockCount);
-                }
-                self.write_buf.extend_from_slice(buf);
-                if have + n == frames {
+                if self.data.receive_rpmb_frames(frames, reliable, buf)? {
                     self.finish_rpmb_write(reliable);
-                } else {
-                    self.transfer = Transfer::WriteRpmb { frames, reliable };
                 }
                 Ok(())
             }
             Transfer::WriteBuffer { sink, block_len } => {
                 if buf.len() != block_len {
-                    self.transfer = Transfer::WriteBuffer { sink, block_len };
+                    self.data.set(Transfer::WriteBuffer { sink, block_len });
                     return Err(DataError::PastBlockCount);
                 }
                 self.finish_sink(sink, buf);
                 Ok(())
             }
             other => {
-                self.transfer = other;
+                self.data.set(other);
                 Err(DataError::NoTransfer(self.state))
             }
         }
@@ -910,15 +625,13 @@ impl Card {
 
     fn write_sectors(&mut self, mut sw: SectorWrite, buf: &[u8]) -> Result<(), DataError> {
         let n = (buf.len() / SECTOR) as u64;
-        if let Some(count) = sw.count {
-            if sw.received + n > count {
-                self.transfer = Transfer::WriteSectors(sw);
-                return Err(DataError::PastBlockCount);
-            }
+        if sw.overruns(n) {
+            self.data.set(Transfer::WriteSectors(sw));
+            return Err(DataError::PastBlockCount);
         }
         if sw.failed {
             let done = sw.received;
-            self.transfer = Transfer::WriteSectors(sw);
+            self.data.set(Transfer::WriteSectors(sw));
             return Err(DataError::Stopped {
                 blocks_done: done,
                 status: "earlier block refused".into(),
@@ -944,16 +657,14 @@ impl Card {
             }
         }
         if self.store.keeps_data() || sw.packed {
-            self.write_buf
-                .extend_from_slice(&buf[..accepted as usize * SECTOR]);
+            self.data.buffer(&buf[..accepted as usize * SECTOR]);
         }
-        sw.received += accepted;
-        sw.buffered += accepted;
+        sw.accept(accepted);
         if refusal != 0 {
-            self.status |= refusal;
+            self.regs.raise(refusal);
             sw.failed = true;
             let done = sw.received;
-            self.transfer = Transfer::WriteSectors(sw);
+            self.data.set(Transfer::WriteSectors(sw));
             return Err(DataError::Stopped {
                 blocks_done: done,
                 status: r1::describe(refusal),
@@ -964,16 +675,15 @@ impl Card {
             let op = self.program_op_for(&sw);
             sw.staged_cost += self.program_cost(&op, false);
             self.commit_program(&op, op.total_sectors());
-            sw.lba += sw.buffered;
-            sw.buffered = 0;
-            self.write_buf.clear();
+            sw.staged();
+            self.data.clear_write_buf();
         }
-        let complete = sw.count == Some(sw.received);
-        self.transfer = Transfer::WriteSectors(sw);
+        let complete = sw.complete();
+        self.data.set(Transfer::WriteSectors(sw));
         if complete {
             let mut after = 0;
             self.finish_write(&mut after, false);
-            self.status |= after;
+            self.regs.raise(after);
         }
         Ok(())
     }
@@ -995,9 +705,9 @@ impl Card {
     /// The write phase ends (last block of a bounded transfer, or CMD12): program what
     /// arrived. `stopped` is true for CMD12.
     fn finish_write(&mut self, after: &mut u32, stopped: bool) {
-        match std::mem::replace(&mut self.transfer, Transfer::None) {
+        match self.data.take() {
             Transfer::WriteSectors(sw) if sw.packed => {
-                if stopped && sw.count != Some(sw.received) {
+                if stopped && !sw.complete() {
                     self.packed_failed(None, "packed write stopped before all blocks arrived");
                     *after |= r1::ERROR;
                     self.begin_op(0, OpKind::Busy);
@@ -1018,24 +728,21 @@ impl Card {
                 // Stopped before its single block arrived: nothing to do.
                 self.begin_op(0, OpKind::Busy);
             }
-            other => {
-                self.transfer = other;
-            }
+            other => self.data.set(other),
         }
     }
 
     fn finish_sink(&mut self, sink: Sink, data: &[u8]) {
         match sink {
             Sink::BusTest => {
-                self.read_buf.clear();
-                self.read_buf.extend_from_slice(data);
+                self.data.keep_bus_test_pattern(data);
                 // Stays in btst until CMD14.
                 return;
             }
             Sink::GenCmd => {}
             Sink::ProgramCid => {
                 // The CID is programmed once, by the manufacturer.
-                self.status |= r1::CID_CSD_OVERWRITE;
+                self.regs.raise(r1::CID_CSD_OVERWRITE);
             }
             Sink::ProgramCsd => self.program_csd(data),
             Sink::LockUnlock => self.lock_unlock(data),
@@ -1044,20 +751,14 @@ impl Card {
         self.begin_op(cost.busy_ns, OpKind::Busy);
     }
 
-    /// CMD27: only the programmable bits of CSD byte 14 may differ; COPY and
-    /// PERM_WRITE_PROTECT are one-time programmable.
+    /// CMD27: the registers part checks the block (see `Registers::program_csd`); a new
+    /// byte 14 is saved.
     fn program_csd(&mut self, data: &[u8]) {
-        let new = data[14];
-        let fixed_differs = data[..14] != self.csd[..14];
-        let otp = registers::CSD_ONE_TIME_PROGRAMMABLE;
-        let cleared_otp = self.csd_writable & otp & !new != 0;
-        if fixed_differs || cleared_otp {
-            self.status |= r1::CID_CSD_OVERWRITE;
-            return;
+        if self.regs.program_csd(&self.model, data) {
+            self.save_persistent();
+        } else {
+            self.regs.raise(r1::CID_CSD_OVERWRITE);
         }
-        self.csd_writable = new;
-        self.csd = registers::build_csd(&self.model, self.csd_writable);
-        self.save_persistent();
     }
 
     /// Send data blocks of the transfer in progress to the host. `buf` holds whole blocks
@@ -1069,34 +770,16 @@ impl Card {
         if !matches!(self.state, CardState::Data | CardState::Boot) {
             return Err(DataError::NoTransfer(self.state));
         }
-        match std::mem::replace(&mut self.transfer, Transfer::None) {
+        match self.data.take() {
             Transfer::ReadBuffer { block_len, pos } => {
-                if buf.is_empty() || buf.len() % block_len != 0 {
-                    self.transfer = Transfer::ReadBuffer { block_len, pos };
-                    return Err(DataError::BlockLength {
-                        len: buf.len(),
-                        block_len,
-                    });
-                }
-                let end = pos + buf.len();
-                if end > self.read_buf.len() {
-                    self.transfer = Transfer::ReadBuffer { block_len, pos };
-                    return Err(DataError::PastBlockCount);
-                }
-                buf.copy_from_slice(&self.read_buf[pos..end]);
-                if end < self.read_buf.len() {
-                    self.transfer = Transfer::ReadBuffer {
-                        block_len,
-                        pos: end,
-                    };
-                } else {
+                if self.data.send_from_buffer(block_len, pos, buf)? {
                     self.state = CardState::Tran;
                 }
                 Ok(0)
             }
             Transfer::ReadSectors(sr) => self.read_sectors(sr, buf),
             other => {
-                self.transfer = other;
+                self.data.set(other);
                 Err(DataError::NoTransfer(self.state))
             }
         }
@@ -1104,36 +787,30 @@ impl Card {
 
     fn read_sectors(&mut self, mut sr: SectorRead, buf: &mut [u8]) -> Result<Nanos, DataError> {
         if buf.is_empty() || buf.len() % SECTOR != 0 {
-            self.transfer = Transfer::ReadSectors(sr);
+            self.data.set(Transfer::ReadSectors(sr));
             return Err(DataError::BlockLength {
                 len: buf.len(),
                 block_len: SECTOR,
             });
         }
         let wanted = (buf.len() / SECTOR) as u64;
-        if sr.bounded {
-            let remaining: u64 = sr.pieces.as_slice()[sr.piece..]
-                .iter()
-                .map(|p| p.1)
-                .sum::<u64>()
-                - sr.done_in_piece;
-            if wanted > remaining {
-                self.transfer = Transfer::ReadSectors(sr);
-                return Err(DataError::PastBlockCount);
-            }
+        if sr.bounded && wanted > sr.remaining() {
+            self.data.set(Transfer::ReadSectors(sr));
+            return Err(DataError::PastBlockCount);
         }
         let extent = self.partitions.extent(sr.partition);
         let mut cost = std::mem::take(&mut sr.pending_ns);
         let mut done = 0u64;
-        while done < wanted && sr.piece < sr.pieces.as_slice().len() {
-            let (lba, count) = sr.pieces.as_slice()[sr.piece];
-            let n = (count - sr.done_in_piece).min(wanted - done);
-            let abs = extent.start + lba + sr.done_in_piece;
+        while done < wanted {
+            let Some((lba, n)) = sr.next_run(wanted - done) else {
+                break;
+            };
+            let abs = extent.start + lba;
             let out = &mut buf[done as usize * SECTOR..(done + n) as usize * SECTOR];
             if let Err(e) = self.store.read_at(abs * SECTOR as u64, out) {
                 log::error!("reading {n} sectors at image sector {abs}: {e}");
-                self.status |= r1::ERROR;
-                self.transfer = Transfer::ReadSectors(sr);
+                self.regs.raise(r1::ERROR);
+                self.data.set(Transfer::ReadSectors(sr));
                 return Err(DataError::Stopped {
                     blocks_done: done,
                     status: "medium read failed".into(),
@@ -1144,32 +821,28 @@ impl Card {
                 cost += self.timing.read(self.now, abs, n as u32).busy_ns;
             }
             done += n;
-            sr.done_in_piece += n;
-            if sr.done_in_piece == count {
-                sr.piece += 1;
-                sr.done_in_piece = 0;
-            }
+            sr.advance(n);
         }
         self.stats.sectors_read += done;
         if done < wanted {
             // An open-ended read ran off the end of the partition.
-            self.transfer = Transfer::ReadSectors(sr);
+            self.data.set(Transfer::ReadSectors(sr));
             if self.state == CardState::Boot {
                 return Err(DataError::Stopped {
                     blocks_done: done,
                     status: "end of boot partition".into(),
                 });
             }
-            self.status |= r1::ADDRESS_OUT_OF_RANGE;
+            self.regs.raise(r1::ADDRESS_OUT_OF_RANGE);
             return Err(DataError::Stopped {
                 blocks_done: done,
                 status: r1::describe(r1::ADDRESS_OUT_OF_RANGE),
             });
         }
-        if sr.bounded && sr.piece == sr.pieces.as_slice().len() {
+        if sr.bounded && sr.finished() {
             self.state = CardState::Tran;
         } else {
-            self.transfer = Transfer::ReadSectors(sr);
+            self.data.set(Transfer::ReadSectors(sr));
         }
         Ok(cost)
     }

@@ -2,8 +2,9 @@
 //! offset, size, access type and a decoder for its meaning (facts §6.1, §6.2). Bytes not in
 //! the table are reserved on REV 6 (including every `[5.0]`/`[5.1]` field) and read 0.
 //!
-//! CMD6 uses [`field_at`] to find the field a byte belongs to and its [`Access`]; `inspect`
-//! walks [`FIELDS`] to print the register the way `mmc extcsd read` does.
+//! CMD6 uses [`field_at`] to find the field a byte belongs to, and the companion table of
+//! write rules (`ext_csd/rules.rs`, keyed by the same fields) to decide what writing it
+//! does; `inspect` walks [`FIELDS`] to print the register the way `mmc extcsd read` does.
 
 use super::*;
 

@@ -1,9 +1,11 @@
 //! The 512-byte Extended CSD register: offsets and bit names as JESD84-B45 spells them,
-//! the field table (access type, size, meaning) used by CMD6 and by `inspect`, and the
-//! initial contents built from a device model.
+//! the field table (access type, size, meaning) used by CMD6 and by `inspect`, the
+//! companion table of CMD6 write rules (`rules`), and the initial contents built from a
+//! device model.
 
 mod build;
 pub mod fields;
+pub(crate) mod rules;
 
 pub use build::build_ext_csd;
 
@@ -173,6 +175,8 @@ pub const PWR_BOOT_CONFIG_PROT: u8 = 1 << 0;
 pub const PERM_BOOT_CONFIG_PROT: u8 = 1 << 4;
 /// BKOPS_EN bits.
 pub const BKOPS_MANUAL_EN: u8 = 1 << 0;
+/// BKOPS_SUPPORT bit.
+pub const BKOPS_SUPPORTED: u8 = 1 << 0;
 /// CACHE_CTRL bit.
 pub const CACHE_EN: u8 = 1 << 0;
 /// HPI_MGMT bit.
