@@ -94,45 +94,27 @@ fn rw_commands(
     cmd23: bool,
 ) -> (Option<MmcCommand>, MmcCommand, Option<MmcCommand>) {
     let multi = n > 1 || rel;
-    if multi && cmd23 {
-        let flags = if rel { MMC_CMD23_ARG_REL_WR } else { 0 };
-        let opcode = if write { 25 } else { 18 };
-        (
-            Some(MmcCommand::new(23, n | flags, ResponseType::R1)),
-            MmcCommand::new(opcode, address, ResponseType::R1),
-            Some(MmcCommand::new(
-                12,
-                0,
-                if write {
-                    ResponseType::R1b
-                } else {
-                    ResponseType::R1
-                },
-            )),
-        )
-    } else if multi {
-        let opcode = if write { 25 } else { 18 };
-        (
-            None,
-            MmcCommand::new(opcode, address, ResponseType::R1),
-            Some(MmcCommand::new(
-                12,
-                0,
-                if write {
-                    ResponseType::R1b
-                } else {
-                    ResponseType::R1
-                },
-            )),
-        )
-    } else {
+    if !multi {
         let opcode = if write { 24 } else { 17 };
-        (
+        return (
             None,
             MmcCommand::new(opcode, address, ResponseType::R1),
             None,
-        )
+        );
     }
+    let flags = if rel { MMC_CMD23_ARG_REL_WR } else { 0 };
+    let sbc = cmd23.then(|| MmcCommand::new(23, n | flags, ResponseType::R1));
+    let opcode = if write { 25 } else { 18 };
+    let stop_resp = if write {
+        ResponseType::R1b
+    } else {
+        ResponseType::R1
+    };
+    (
+        sbc,
+        MmcCommand::new(opcode, address, ResponseType::R1),
+        Some(MmcCommand::new(12, 0, stop_resp)),
+    )
 }
 
 #[cfg(test)]
