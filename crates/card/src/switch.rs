@@ -237,10 +237,13 @@ impl Card {
                         "HS_TIMING {timing} is not supported in this bus mode"
                     ));
                 }
-                // DRIVER_STRENGTH has 8 bits: a driver type of 8..15 tests bit (type - 8),
-                // as the shift always did in release builds (and panicked in debug ones).
+                // Type 0 is mandatory; any other must be a bit DRIVER_STRENGTH sets. Its
+                // 8 bits describe types 0..=7: a type of 8..=15 is none the card has.
                 let strengths = self.regs.byte(x::DRIVER_STRENGTH);
-                if driver != 0 && strengths & 1u8.wrapping_shl(u32::from(driver)) == 0 {
+                let listed = 1u8
+                    .checked_shl(u32::from(driver))
+                    .is_some_and(|bit| strengths & bit != 0);
+                if driver != 0 && !listed {
                     return Err(format!("driver strength type {driver} is not supported"));
                 }
                 Ok(())
@@ -426,6 +429,24 @@ mod tests {
         assert!(!switch(&mut card, &mut now, 3, x::CACHE_CTRL, 1));
         assert!(switch(&mut card, &mut now, 3, x::CACHE_CTRL, 0));
         assert!(!switch(&mut card, &mut now, 3, x::FLUSH_CACHE, 0));
+    }
+
+    /// HS_TIMING's upper nibble selects a driver strength: type 0 always, another only if
+    /// DRIVER_STRENGTH lists it; its eight bits list types 0..=7, so 8..=15 never are.
+    #[test]
+    fn hs_timing_takes_only_the_driver_strengths_the_card_lists() {
+        let mut model = generic();
+        model.ext_csd.driver_strength = 0x03; // types 0 and 1
+        let (mut card, mut now) = ready(model);
+        assert!(switch(&mut card, &mut now, 3, x::HS_TIMING, 0x01));
+        assert!(switch(&mut card, &mut now, 3, x::HS_TIMING, 0x11));
+        for refused in [0x21u8, 0x41, 0x81, 0x91, 0xF1] {
+            assert!(
+                !switch(&mut card, &mut now, 3, x::HS_TIMING, refused),
+                "HS_TIMING := {refused:#04x}"
+            );
+            assert_eq!(card.ext_csd()[x::HS_TIMING], 0x11, "unchanged");
+        }
     }
 
     #[test]
