@@ -23,12 +23,58 @@ use vm_memory::{
     GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion,
 };
 use vmm_sys_util::epoll::EventSet;
+use vmm_sys_util::event::{
+    new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
+};
 
 use super::pacing::{Pacing, DEFAULT_SPIN, DEFAULT_SPIN_MAX};
 use emmc_card::model::DeviceModel;
 use emmc_card::store::{read_header, ImageStore};
 use emmc_card::Card;
 use emmc_host::policy::{PackingArg, SchedulerArg};
+
+/// The eventfd pair each backend hands the daemon's worker (`exit_event`) so the daemon
+/// can stop it; a new pair for every frontend session.
+pub struct ExitEvent(std::sync::Mutex<(EventConsumer, EventNotifier)>);
+
+impl ExitEvent {
+    pub fn new() -> std::io::Result<ExitEvent> {
+        Ok(ExitEvent(std::sync::Mutex::new(
+            new_event_consumer_and_notifier(EventFlag::NONBLOCK)?,
+        )))
+    }
+
+    /// A copy of the pair for a worker thread (`VhostUserBackend::exit_event`).
+    pub fn pair(&self) -> Option<(EventConsumer, EventNotifier)> {
+        let exit = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        Some((exit.0.try_clone().ok()?, exit.1.try_clone().ok()?))
+    }
+
+    /// A fresh pair for the next frontend: the departed one's worker has consumed the old.
+    pub fn renew(&self) {
+        match new_event_consumer_and_notifier(EventFlag::NONBLOCK) {
+            Ok(fresh) => *self.0.lock().unwrap_or_else(|p| p.into_inner()) = fresh,
+            Err(e) => log::error!("a fresh exit event for the next frontend: {e}"),
+        }
+    }
+}
+
+/// GET_CONFIG: `size` bytes of `config` at `offset`; a read outside it gets nothing, and a
+/// log line says so.
+pub fn config_bytes(config: &[u8], offset: u32, size: u32) -> Vec<u8> {
+    let start = offset as usize;
+    let end = start.saturating_add(size as usize);
+    match config.get(start..end) {
+        Some(bytes) => bytes.to_vec(),
+        None => {
+            log::warn!(
+                "GET_CONFIG {offset}+{size} outside the {}-byte config space",
+                config.len()
+            );
+            Vec::new()
+        }
+    }
+}
 
 /// `--timing`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -416,5 +462,35 @@ pub fn run_daemon<B: ServedBackend>(
         backend
             .restart()
             .map_err(|e| format!("card restart: {e}"))?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn get_config_reads_inside_the_space_and_nothing_outside_it() {
+        let config: Vec<u8> = (0..16).collect();
+        assert_eq!(config_bytes(&config, 4, 4), [4, 5, 6, 7]);
+        assert_eq!(config_bytes(&config, 0, 16), config);
+        assert!(config_bytes(&config, 12, 8).is_empty(), "runs past the end");
+        assert!(
+            config_bytes(&config, u32::MAX, u32::MAX).is_empty(),
+            "no overflow"
+        );
+    }
+
+    #[test]
+    fn each_session_gets_an_exit_event_of_its_own() {
+        let exit = ExitEvent::new().unwrap();
+        let (_, first) = exit.pair().unwrap();
+        exit.renew();
+        let (consumer, _) = exit.pair().unwrap();
+        first.notify().unwrap();
+        assert!(
+            consumer.consume().is_err(),
+            "the old pair does not stop the new worker"
+        );
     }
 }

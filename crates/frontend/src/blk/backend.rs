@@ -23,14 +23,13 @@ use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRE
 use virtio_queue::QueueOwnedT;
 use vm_memory::{ByteValued, Bytes, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
-use vmm_sys_util::event::{
-    new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
-};
+use vmm_sys_util::event::{EventConsumer, EventNotifier};
 
 use super::request::{parse, ParseError, Request, RequestKind};
 use super::target::{CardTarget, SIZE_MAX};
 use crate::pacing::{poll_window, ring_has_avail, Clock, Completions, Pending, Polled, SpinMargin};
 pub use crate::pacing::{Pacing, PacingStats, DEFAULT_SPIN, DEFAULT_SPIN_MAX};
+use crate::serve::{config_bytes, ExitEvent};
 pub use crate::trace::TraceSink;
 use emmc_card::timing::Nanos;
 use emmc_host::trace::Op;
@@ -63,7 +62,7 @@ pub struct EmmcBlkBackend {
     features: u64,
     /// The worker's exit event. The library signals it when a session ends but never
     /// drains it, so every session gets a fresh one (see [`EmmcBlkBackend::restart`]).
-    exit: Mutex<(EventConsumer, EventNotifier)>,
+    exit: ExitEvent,
 }
 
 /// virtio_blk_config (virtio 1.2 §5.2.4), little-endian.
@@ -157,7 +156,7 @@ impl EmmcBlkBackend {
             timer_fd,
             config: config.as_slice().to_vec(),
             features,
-            exit: Mutex::new(new_event_consumer_and_notifier(EventFlag::NONBLOCK)?),
+            exit: ExitEvent::new()?,
         })
     }
 
@@ -210,10 +209,7 @@ impl EmmcBlkBackend {
 
     /// Forget the departed frontend and give the next one a freshly powered card.
     pub fn restart(&self) -> Result<(), emmc_host::mmc::MmcError> {
-        match new_event_consumer_and_notifier(EventFlag::NONBLOCK) {
-            Ok(fresh) => *self.exit.lock().unwrap_or_else(|p| p.into_inner()) = fresh,
-            Err(e) => log::error!("a fresh exit event for the next frontend: {e}"),
-        }
+        self.exit.renew();
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.completions.end_session();
         inner.flush_trace();
@@ -483,25 +479,11 @@ impl VhostUserBackend for EmmcBlkBackend {
     }
 
     fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
-        let start = offset as usize;
-        let end = start.saturating_add(size as usize);
-        match self.config.get(start..end) {
-            Some(bytes) => bytes.to_vec(),
-            None => {
-                log::warn!(
-                    "GET_CONFIG {offset}+{size} outside the {}-byte config space",
-                    self.config.len()
-                );
-                Vec::new()
-            }
-        }
+        config_bytes(&self.config, offset, size)
     }
 
     fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
-        let exit = self.exit.lock().unwrap_or_else(|p| p.into_inner());
-        let consumer = exit.0.try_clone().ok()?;
-        let notifier = exit.1.try_clone().ok()?;
-        Some((consumer, notifier))
+        self.exit.pair()
     }
 
     fn handle_event(

@@ -24,9 +24,7 @@ use vm_memory::{
     ByteValued, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryLoadGuard, GuestMemoryMmap,
 };
 use vmm_sys_util::epoll::EventSet;
-use vmm_sys_util::event::{
-    new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
-};
+use vmm_sys_util::event::{EventConsumer, EventNotifier};
 
 use super::device::MmcDevice;
 use super::proto::*;
@@ -39,6 +37,7 @@ use crate::pacing::{
     poll_window, ring_has_avail, Clock, Completions, Pacing, PacingStats, Pending, Polled,
     SpinMargin,
 };
+use crate::serve::{config_bytes, ExitEvent};
 use crate::trace::{stop_on_error, TraceSink};
 use emmc_card::timing::Nanos;
 
@@ -72,7 +71,7 @@ pub struct EmmcMmcBackend {
     config: Vec<u8>,
     features: u64,
     /// The worker's exit event; fresh for every session (see the blk backend).
-    exit: Mutex<(EventConsumer, EventNotifier)>,
+    exit: ExitEvent,
 }
 
 impl EmmcMmcBackend {
@@ -99,7 +98,7 @@ impl EmmcMmcBackend {
             timer_fd,
             config,
             features,
-            exit: Mutex::new(new_event_consumer_and_notifier(EventFlag::NONBLOCK)?),
+            exit: ExitEvent::new()?,
         })
     }
 
@@ -152,10 +151,7 @@ impl EmmcMmcBackend {
 
     /// Forget the departed frontend and give the next one a card powered down and up.
     pub fn restart(&self) {
-        match new_event_consumer_and_notifier(EventFlag::NONBLOCK) {
-            Ok(fresh) => *self.exit.lock().unwrap_or_else(|p| p.into_inner()) = fresh,
-            Err(e) => log::error!("a fresh exit event for the next frontend: {e}"),
-        }
+        self.exit.renew();
         let mut inner = self.lock();
         inner.completions.end_session();
         if inner.events_dropped > 0 {
@@ -489,25 +485,11 @@ impl VhostUserBackend for EmmcMmcBackend {
     }
 
     fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
-        let start = offset as usize;
-        let end = start.saturating_add(size as usize);
-        match self.config.get(start..end) {
-            Some(bytes) => bytes.to_vec(),
-            None => {
-                log::warn!(
-                    "GET_CONFIG {offset}+{size} outside the {}-byte config space",
-                    self.config.len()
-                );
-                Vec::new()
-            }
-        }
+        config_bytes(&self.config, offset, size)
     }
 
     fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
-        let exit = self.exit.lock().unwrap_or_else(|p| p.into_inner());
-        let consumer = exit.0.try_clone().ok()?;
-        let notifier = exit.1.try_clone().ok()?;
-        Some((consumer, notifier))
+        self.exit.pair()
     }
 
     fn handle_event(
