@@ -16,6 +16,7 @@ pub mod control;
 pub mod fuzzing;
 pub mod mmc;
 pub mod pacing;
+pub mod pci;
 pub mod serve;
 pub mod trace;
 
