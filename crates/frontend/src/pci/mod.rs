@@ -3,6 +3,7 @@ pub mod config;
 pub mod device;
 pub mod dma;
 pub mod identity;
+pub mod intx;
 
 pub use device::{DmaError, DmaMemory, PciMmio};
 pub use identity::{PciIdentity, PciIds};
