@@ -336,7 +336,7 @@ fn bind_owner_only(path: &Path) -> Result<Listener, String> {
 const RECONNECT_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// While a frontend is attached, accept and close any other connection.
-fn refuse_others(fd: i32, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+pub(crate) fn refuse_others(fd: i32, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         // SAFETY: dup returns a new descriptor for the same listening socket (or -1,
         // checked); the UnixListener below owns and closes that duplicate only.
