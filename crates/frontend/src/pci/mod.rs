@@ -133,3 +133,5 @@ pub use function::{PciOptions, PciStats};
 pub use identity::{PciIdentity, PciIds};
 pub use server::{PciError, PciServer, SessionEnd};
 
+#[cfg(test)]
+mod tests;
