@@ -105,6 +105,17 @@ fn the_frontends_link_no_simulator_plotting_or_terminal_crates() {
     );
 }
 
+/// vfio-user (the SDHCI PCI function, issue 14) is a transport like vhost-user: only the
+/// frontends speak it, and the layers below never link it.
+#[test]
+fn only_the_frontends_speak_vfio_user() {
+    const VFIO: &[&str] = &["vfio_user", "vfio-bindings"];
+    check("emmc-frontend", VFIO, &[]);
+    for krate in ["emmc-card", "emmc-host", "emmc-sim"] {
+        check(krate, &[], VFIO);
+    }
+}
+
 /// The shared test rigs are a dev-dependency only: no member of the workspace links them,
 /// and they link none of our crates, so what a test checks with them (an RPMB MAC, say)
 /// never comes from the code under test.

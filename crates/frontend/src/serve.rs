@@ -95,6 +95,10 @@ pub enum TransportArg {
     /// virtio-mmc (docs/virtio-mmc.md): the guest's own MMC requests to the emulated
     /// SDHCI host and card.
     Mmc,
+    /// vfio-user (issue 14): an SDHCI controller as a PCI function for QEMU's
+    /// vfio-user-pci, driven by the guest's own sdhci-pci. Not served yet: the PCI
+    /// function exists (crates/frontend/src/pci), the register model behind it does not.
+    Sdhci,
 }
 
 /// `--image-sync`.
@@ -227,6 +231,7 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
     match args.transport {
         TransportArg::Blk => super::blk::serve::serve_blk(args),
         TransportArg::Mmc => super::mmc::serve::serve_mmc(args),
+        TransportArg::Sdhci => Err(super::pci::SDHCI_NOT_BUILT.to_string()),
     }
 }
 
@@ -291,6 +296,7 @@ pub fn open_cmd_log(
                 match args.transport {
                     TransportArg::Blk => "blk",
                     TransportArg::Mmc => "mmc",
+                    TransportArg::Sdhci => "sdhci",
                 }
             );
             emmc_host::cmdlog::CmdLog::create(path, origin, &heading)
@@ -492,5 +498,30 @@ mod tests {
             consumer.consume().is_err(),
             "the old pair does not stop the new worker"
         );
+    }
+
+    #[test]
+    fn the_sdhci_transport_says_what_is_missing_and_touches_nothing() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let (socket, image) = (dir.path().join("s"), dir.path().join("img"));
+        let cli = Cli::try_parse_from([
+            "serve".as_ref(),
+            "--transport".as_ref(),
+            "sdhci".as_ref(),
+            "--socket".as_ref(),
+            socket.as_os_str(),
+            "--image".as_ref(),
+            image.as_os_str(),
+        ])
+        .unwrap();
+        let e = serve(&cli.serve).unwrap_err();
+        assert!(e.contains("SDHCI register model is not built yet"), "{e}");
+        assert!(!socket.exists() && !image.exists());
     }
 }

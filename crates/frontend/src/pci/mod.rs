@@ -133,5 +133,9 @@ pub use function::{PciOptions, PciStats};
 pub use identity::{PciIdentity, PciIds};
 pub use server::{PciError, PciServer, SessionEnd};
 
+/// What `serve --transport sdhci` answers until the SDHCI register model exists.
+pub const SDHCI_NOT_BUILT: &str = "--transport sdhci: the SDHCI register model is not built \
+    yet (the vfio-user PCI function that will serve it is, in crates/frontend/src/pci)";
+
 #[cfg(test)]
 mod tests;
