@@ -414,3 +414,41 @@ fn a_second_client_is_refused_while_one_is_attached() {
         "the next client to be served",
     );
 }
+
+#[test]
+fn bind_creates_an_owner_only_socket_replaces_a_stale_one_and_refuses_other_files() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pci.sock");
+    let log = std::sync::Arc::new(std::sync::Mutex::new(super::FakeLog::default()));
+    let fake = || super::Fake::new(log.clone());
+    let options = crate::pci::PciOptions::default;
+    {
+        let _stale = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    }
+    let server = crate::pci::PciServer::bind(&path, fake(), options()).unwrap();
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "nothing left over"
+    );
+    let client = std::thread::spawn({
+        let path = path.clone();
+        move || {
+            let mut c = vfio_user::Client::new(&path).unwrap();
+            cfg_read(&mut c, 0, 4)
+        }
+    });
+    assert_eq!(
+        server.serve_session().unwrap(),
+        crate::pci::SessionEnd::Closed
+    );
+    assert_eq!(client.join().unwrap(), 0x0007_1b36);
+    drop(server);
+    assert!(!path.exists(), "removed with the server");
+    std::fs::write(&path, b"not a socket").unwrap();
+    assert!(crate::pci::PciServer::bind(&path, fake(), options()).is_err());
+    assert_eq!(std::fs::read(&path).unwrap(), b"not a socket");
+}
