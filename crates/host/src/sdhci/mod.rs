@@ -111,6 +111,7 @@ mod data;
 mod host;
 mod inject;
 mod ios;
+pub mod mmio;
 mod owner;
 pub mod regs;
 mod request;
@@ -128,6 +129,7 @@ pub use emmc_card::command::ResponseType;
 pub use emmc_card::model::BusTiming;
 pub use host::SdhciHost;
 pub use ios::{MmcIos, PowerMode, SdClock, SdhciConfig};
+pub use mmio::{Capabilities, DmaError, DmaMemory, SdhciMmio};
 pub use owner::Sdhci;
 pub use regs::{adma2_attr, adma_err, auto_cmd_err, error_int, normal_int, IntStatus};
 pub use request::{
