@@ -1524,3 +1524,95 @@ fn the_command_log_records_register_level_commands() {
     );
     assert!(lines[2].contains("CMD13"), "{text}");
 }
+
+// ---- the block driver on top ----------------------------------------------------------------
+
+use emmc_host::blkdrv::{Advance, BkopsPolicy, BlkConfig, BlkData, MmcBlk};
+use emmc_host::packing::{BlkOp, BlkRequest, PackingMode};
+use std::collections::HashMap;
+
+/// Each request's data, by id (first sector, bytes).
+#[derive(Default)]
+struct Buffers(HashMap<u64, (u64, Vec<u8>)>);
+
+impl Buffers {
+    fn range(&mut self, req: &BlkRequest, lba: u64, len: usize) -> &mut [u8] {
+        let (first, buf) = self.0.get_mut(&req.id).expect("a known request");
+        let at = (lba - *first) as usize * 512;
+        &mut buf[at..at + len]
+    }
+}
+
+impl BlkData for Buffers {
+    fn write_data(&mut self, req: &BlkRequest, lba: u64, buf: &mut [u8]) {
+        buf.copy_from_slice(self.range(req, lba, buf.len()));
+    }
+    fn read_data(&mut self, req: &BlkRequest, lba: u64, buf: &[u8]) {
+        self.range(req, lba, buf.len()).copy_from_slice(buf);
+    }
+}
+
+fn drain(b: &mut MmcBlk<Driver, Buffers>) -> Vec<emmc_host::blkdrv::BlkCompletion> {
+    let mut all = Vec::new();
+    for _ in 0..100_000 {
+        let s = b.advance(emmc_card::timing::Nanos::MAX);
+        all.extend(b.take_completions());
+        if s == Advance::Idle {
+            return all;
+        }
+    }
+    panic!("the block driver never went idle");
+}
+
+/// Linux's MMC block driver model (packing, packed reads, CMD23, flush, discard) runs
+/// its requests through the registers.
+#[test]
+fn the_block_driver_runs_on_the_register_level_controller() {
+    let m = model("generic-emmc45");
+    let cfg = BlkConfig {
+        packing: PackingMode::Always,
+        packed_reads: true,
+        merge: false,
+        bkops: BkopsPolicy {
+            enabled: false,
+            ..Default::default()
+        },
+        ..BlkConfig::for_model(&m.host)
+    };
+    let mut b = MmcBlk::probe_with_data(probed(&m, Xfer::Adma64), cfg, Buffers::default()).unwrap();
+    let layout: Vec<(u64, u64, u32)> = (0..16u64).map(|i| (i + 1, 8192 + i * 24, 8)).collect();
+    for &(id, lba, n) in &layout {
+        b.data_mut()
+            .0
+            .insert(id, (lba, pattern(id as u8, n as usize * 512)));
+        b.submit(BlkRequest::new(id, BlkOp::Write, lba, n), 0);
+    }
+    let done = drain(&mut b);
+    assert!(done.iter().all(|c| c.result.is_ok()), "{done:?}");
+    assert!(b.stats().packed_writes > 0, "writes were packed");
+    assert!(
+        !b.host().mmio.card().volatile_sectors().is_empty(),
+        "the writes sit in the cache"
+    );
+    b.submit(BlkRequest::new(50, BlkOp::Flush, 0, 0), b.now());
+    assert!(drain(&mut b).iter().all(|c| c.result.is_ok()));
+    assert!(
+        b.host().mmio.card().volatile_sectors().is_empty(),
+        "flushed"
+    );
+    let now = b.now();
+    for &(id, lba, n) in &layout {
+        b.data_mut()
+            .0
+            .insert(100 + id, (lba, vec![0; n as usize * 512]));
+        b.submit(BlkRequest::new(100 + id, BlkOp::Read, lba, n), now);
+    }
+    assert!(drain(&mut b).iter().all(|c| c.result.is_ok()));
+    assert!(b.stats().packed_reads > 0, "reads were packed");
+    for &(id, _, n) in &layout {
+        assert!(
+            b.data().0[&(100 + id)].1 == pattern(id as u8, n as usize * 512),
+            "request {id}"
+        );
+    }
+}
