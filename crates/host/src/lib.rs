@@ -6,7 +6,8 @@
 //! A frontend whose guest brings its own driver uses the controller (`sdhci`) and the MMC
 //! core helpers; the simulator and the blk frontend use the whole driver.
 //!
-//! - `sdhci`: the SDHCI v3.00 controller that executes one MMC request on the bus;
+//! - `sdhci`: the SDHCI v3.00 controller that executes one MMC request on the bus, and
+//!   the same controller as a register file for a guest's own driver (`sdhci::mmio`);
 //! - `mmc`: the MMC core operations (bring-up, switch, status, block transfers), named as
 //!   in Linux, sending every command through the controller;
 //! - `blkdrv`: the MMC block driver (Linux's `block.c`/`queue.c`): request queue,

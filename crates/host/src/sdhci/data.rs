@@ -3,6 +3,14 @@
 //! its ADMA2 table built before the command goes out, blocks read or written in bus and
 //! card time through the table (or straight from a single plain segment), garbled blocks
 //! on a mismatched bus, data and busy time-outs, and the fault plan's data effects.
+//!
+//! The card-facing steps are methods both controller models call: [`Run::data_start`]
+//! (what the bus and the fault plan make of the phase before any block moves),
+//! [`Run::receive_blocks`] (read blocks off the card), [`Run::send_blocks`] (write blocks
+//! to it), [`Run::garble_read`] and [`Run::garble_write`]. They report a failure as a
+//! [`DataFault`] and leave its waiting to the caller: the request-level model spends it
+//! at once ([`Run::data_fault`]); the register-level model (`mmio/`) reveals it when the
+//! guest's time reaches it, without running the card ahead.
 
 use emmc_card::timing::{Bus, Nanos};
 use emmc_card::DataError;
@@ -14,6 +22,26 @@ use crate::fault::Effect;
 
 /// The v3 Block Count register is 16 bits wide.
 pub const MAX_BLOCK_COUNT: u32 = 65_535;
+
+/// How a data step failed, before the controller has spent the time it takes to notice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum DataFault {
+    /// No block comes (or no CRC status token): DATA_TIMEOUT `after` from now.
+    Timeout { after: Nanos },
+    /// A block failed its CRC on one side or the other; now is the instant it is known.
+    Crc,
+    /// Already raised and timed (a busy time-out while waiting in place).
+    Raised(SdhciError),
+}
+
+/// What the bus makes of a data phase about to begin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct DataStart {
+    /// The card's block length for this transfer.
+    pub(super) card_len: usize,
+    /// Why every block would be garbage on the other side, if it would.
+    pub(super) problem: Option<&'static str>,
+}
 
 impl Run<'_> {
     /// Check the request's geometry and build its ADMA2 table.
@@ -80,7 +108,8 @@ impl Run<'_> {
         SdhciError::DataTimeout
     }
 
-    fn data_crc(&mut self) -> SdhciError {
+    /// A CRC failure known now: the card catches up and DATA_CRC is raised.
+    pub(super) fn data_crc(&mut self) -> SdhciError {
         self.card.advance(self.now);
         self.out.int_status.raise_error(error_int::DATA_CRC);
         SdhciError::DataCrc
@@ -90,6 +119,60 @@ impl Run<'_> {
         self.out.adma_err = status;
         self.out.int_status.raise_error(error_int::ADMA_ERR);
         SdhciError::Adma(status)
+    }
+
+    /// Spend a fault at once, as the request-level controller does: wait out a time-out,
+    /// raise the status bits, and name the error.
+    fn data_fault(&mut self, fault: DataFault) -> SdhciError {
+        match fault {
+            DataFault::Timeout { after } => self.data_timeout(after),
+            DataFault::Crc => self.data_crc(),
+            DataFault::Raised(e) => e,
+        }
+    }
+
+    /// What the bus and the fault plan make of a data phase of `blksz`-byte blocks about
+    /// to begin: the card must be transferring (else the host waits in vain), and a width,
+    /// rate, speed or block size the card does not share garbles every block, as does a
+    /// planned CRC error; a planned stall is a time-out. `tuning`: the block is a tuning
+    /// block (exempt from the untuned-HS200 rule).
+    pub(super) fn data_start(
+        &mut self,
+        read: bool,
+        tuning: bool,
+        blksz: usize,
+        bus: &Bus,
+        per_block: Nanos,
+    ) -> Result<DataStart, DataFault> {
+        let wait = |bus: &Bus| {
+            if read {
+                per_block
+            } else {
+                bus.write_ns(blksz, 1).saturating_add(per_block)
+            }
+        };
+        let Some(card_len) = self.card.transfer_block_len() else {
+            // The card started no transfer: no data, no CRC status token.
+            log::debug!(
+                "data phase: the card is not transferring ({})",
+                self.card.state()
+            );
+            return Err(DataFault::Timeout { after: wait(bus) });
+        };
+        let mut problem = self.host.data_bus_problem(self.card, read, tuning);
+        if problem.is_none() && card_len != blksz {
+            problem = Some("block size differs from the card's");
+        }
+        match self.injected.data.take() {
+            Some(Effect::DataCrc) => problem = Some("fault plan: data CRC error"),
+            Some(_) => {
+                // The data stalls: the card sends no block, or never answers the written one.
+                log::debug!("data phase: fault plan stalls the data");
+                return Err(DataFault::Timeout { after: wait(bus) });
+            }
+            None => {}
+        }
+        Ok(DataStart { card_len, problem })
     }
 
     pub(super) fn data_phase<S: DmaSegment>(
@@ -103,49 +186,28 @@ impl Run<'_> {
         let blocks = u64::from(d.blocks);
         let len = blksz * d.blocks as usize;
         let read = d.direction == DataDirection::Read;
-        let Some(card_len) = self.card.transfer_block_len() else {
-            // The card started no transfer: no data, no CRC status token.
-            log::debug!(
-                "data phase: the card is not transferring ({})",
-                self.card.state()
-            );
-            let wait = if read {
-                per_block
-            } else {
-                bus.write_ns(blksz, 1).saturating_add(per_block)
+        let DataStart { card_len, problem } =
+            match self.data_start(read, false, blksz, &bus, per_block) {
+                Ok(start) => start,
+                Err(fault) => return Err(self.data_fault(fault)),
             };
-            return Err(self.data_timeout(wait));
-        };
-        let mut problem = self.host.data_bus_problem(self.card, read, false);
-        if problem.is_none() && card_len != blksz {
-            problem = Some("block size differs from the card's");
-        }
-        match self.injected.data.take() {
-            Some(Effect::DataCrc) => problem = Some("fault plan: data CRC error"),
-            Some(_) => {
-                // The data stalls: the card sends no block, or never answers the written one.
-                log::debug!("data phase: fault plan stalls the data");
-                let wait = if read {
-                    per_block
-                } else {
-                    bus.write_ns(blksz, 1).saturating_add(per_block)
-                };
-                return Err(self.data_timeout(wait));
-            }
-            None => {}
-        }
         // One plain-memory segment holding exactly the transfer: the DMA engine's view and
         // the card's are the same bytes, so skip the staging copy.
         let direct = problem.is_none() && d.sg.len() == 1 && d.sg[0].len() == len;
         if direct && !read {
             if let Some(data) = d.sg[0].as_slice() {
-                return self.write_blocks(data, blksz, blocks, &bus, per_block, budget);
+                return self
+                    .send_blocks(data, blksz, blocks, &bus, per_block, budget)
+                    .map_err(|f| self.data_fault(f));
             }
         }
         let mut staging = std::mem::take(&mut self.host.staging);
         let result = if read {
             match problem {
-                Some(why) => self.garbled_read(&mut staging, card_len, &bus, why),
+                Some(why) => {
+                    let fault = self.garble_read(&mut staging, card_len, &bus, why);
+                    Err(self.data_fault(fault))
+                }
                 None => self.read_blocks(d, &mut staging, len, &bus, per_block, budget),
             }
         } else {
@@ -154,13 +216,12 @@ impl Run<'_> {
                 Err(status) => Err(self.adma_error(status)),
                 Ok(()) => match problem {
                     Some(why) => {
-                        log::debug!("write data garbled: {why}");
-                        self.now = self.now.saturating_add(bus.write_ns(blksz, 1));
-                        Err(self.data_crc())
+                        let fault = self.garble_write(blksz, &bus, why);
+                        Err(self.data_fault(fault))
                     }
-                    None => {
-                        self.write_blocks(&staging[..len], blksz, blocks, &bus, per_block, budget)
-                    }
+                    None => self
+                        .send_blocks(&staging[..len], blksz, blocks, &bus, per_block, budget)
+                        .map_err(|f| self.data_fault(f)),
                 },
             }
         };
@@ -169,13 +230,13 @@ impl Run<'_> {
     }
 
     /// The card sends its first block; the host cannot make sense of it.
-    fn garbled_read(
+    pub(super) fn garble_read(
         &mut self,
         staging: &mut Vec<u8>,
         card_len: usize,
         bus: &Bus,
         why: &str,
-    ) -> Result<(), SdhciError> {
+    ) -> DataFault {
         log::debug!("read data garbled: {why}");
         staging.resize(card_len, 0);
         let internal = self
@@ -186,7 +247,15 @@ impl Run<'_> {
             .now
             .saturating_add(internal)
             .saturating_add(bus.read_ns(card_len, 1));
-        Err(self.data_crc())
+        DataFault::Crc
+    }
+
+    /// The host sends the first block; the card cannot make sense of it and answers a
+    /// negative CRC status.
+    pub(super) fn garble_write(&mut self, blksz: usize, bus: &Bus, why: &str) -> DataFault {
+        log::debug!("write data garbled: {why}");
+        self.now = self.now.saturating_add(bus.write_ns(blksz, 1));
+        DataFault::Crc
     }
 
     fn read_blocks<S: DmaSegment>(
@@ -206,6 +275,31 @@ impl Run<'_> {
             staging.resize(len, 0);
             &mut staging[..len]
         };
+        if let Err(fault) =
+            self.receive_blocks(target, blksz, u64::from(d.blocks), bus, per_block, budget)
+        {
+            return Err(self.data_fault(fault));
+        }
+        if direct {
+            return Ok(());
+        }
+        adma::scatter(&self.host.table, d.sg, &staging[..len])
+            .map_err(|status| self.adma_error(status))
+    }
+
+    /// Read `blocks` blocks of `blksz` bytes off the card into `target` (the whole of it):
+    /// the card's access and internal read time (plus any planned latency), planned bit
+    /// flips, the time-out check against `budget`, then the bus time. On success now is
+    /// the end of the last block.
+    pub(super) fn receive_blocks(
+        &mut self,
+        target: &mut [u8],
+        blksz: usize,
+        blocks: u64,
+        bus: &Bus,
+        per_block: Nanos,
+        budget: Nanos,
+    ) -> Result<(), DataFault> {
         match self.card.read_data(self.now, target) {
             Ok(internal) => {
                 let internal = match self.injected.extra_busy.take() {
@@ -225,32 +319,34 @@ impl Run<'_> {
                 }
                 if internal > budget {
                     log::debug!("read access of {internal} ns exceeds the {budget} ns time-out");
-                    return Err(self.data_timeout(per_block));
+                    return Err(DataFault::Timeout { after: per_block });
                 }
                 self.now = self
                     .now
                     .saturating_add(internal)
-                    .saturating_add(bus.read_ns(blksz, u64::from(d.blocks)));
+                    .saturating_add(bus.read_ns(blksz, blocks));
                 self.card.advance(self.now);
-                if direct {
-                    return Ok(());
-                }
-                adma::scatter(&self.host.table, d.sg, &staging[..len])
-                    .map_err(|status| self.adma_error(status))
+                Ok(())
             }
             Err(DataError::Stopped { blocks_done, .. }) => {
                 // The card stopped sending; the host waits for the next block in vain.
                 let sent = bus.read_ns(blksz, blocks_done);
-                Err(self.data_timeout(sent.saturating_add(per_block)))
+                Err(DataFault::Timeout {
+                    after: sent.saturating_add(per_block),
+                })
             }
             Err(e) => {
                 log::debug!("read data: {e}");
-                Err(self.data_timeout(per_block))
+                Err(DataFault::Timeout { after: per_block })
             }
         }
     }
 
-    fn write_blocks(
+    /// Write `data` (`blocks` blocks of `blksz` bytes) to the card from now: the bus time
+    /// with the CRC status tokens, the card's verdict, planned extra busy, then the busy
+    /// wait (or, when deferred, its start). On success now is the end of the busy (or of
+    /// the last block when the busy is deferred).
+    pub(super) fn send_blocks(
         &mut self,
         data: &[u8],
         blksz: usize,
@@ -258,7 +354,7 @@ impl Run<'_> {
         bus: &Bus,
         per_block: Nanos,
         budget: Nanos,
-    ) -> Result<(), SdhciError> {
+    ) -> Result<(), DataFault> {
         let sent = self.now.saturating_add(bus.write_ns(blksz, blocks));
         match self.card.write_data(sent, data) {
             Ok(()) => {
@@ -269,24 +365,24 @@ impl Run<'_> {
                 if self.wait_busy_within(per_block, budget) {
                     Ok(())
                 } else {
-                    Err(SdhciError::DataTimeout)
+                    Err(DataFault::Raised(SdhciError::DataTimeout))
                 }
             }
             Err(DataError::Stopped { blocks_done, .. }) => {
                 // Negative CRC status on the first block the card refused.
                 let n = (blocks_done + 1).min(blocks);
                 self.now = self.now.saturating_add(bus.write_ns(blksz, n));
-                Err(self.data_crc())
+                Err(DataFault::Crc)
             }
             Err(DataError::NoTransfer(state)) => {
                 log::debug!("write data: card in {state}");
                 self.now = self.now.saturating_add(bus.write_ns(blksz, 1));
-                Err(self.data_timeout(per_block))
+                Err(DataFault::Timeout { after: per_block })
             }
             Err(e) => {
                 log::debug!("write data refused: {e}");
                 self.now = self.now.saturating_add(bus.write_ns(blksz, 1));
-                Err(self.data_crc())
+                Err(DataFault::Crc)
             }
         }
     }

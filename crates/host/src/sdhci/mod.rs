@@ -25,7 +25,10 @@
 //! - `inject.rs`: the fault plan consulted for every command;
 //! - `tuning.rs`: HS200 tuning (`sdhci_execute_tuning`);
 //! - `regs.rs`: the status register bits; `owner.rs`: [`Sdhci`], a controller that owns
-//!   its card.
+//!   its card;
+//! - `mmio/`: [`SdhciMmio`], the same controller as a register file for a guest's own
+//!   `sdhci` driver (BAR0 of the vfio-user function), which reaches the card through the
+//!   files above: `Run` and its command, data, busy, fault and tuning steps.
 //!
 //! # Time
 //!
@@ -97,9 +100,10 @@
 //!   `cmd.rs`.)
 //! - **`bytes_xfered`** is the whole transfer on success and 0 on any data error, as
 //!   `sdhci_finish_data` reports it. (`run.rs`.)
-//! - Not modelled: SDMA and PIO transfers (tuning uses PIO internally), DMA_INT (Linux's
-//!   ADMA2 tables set no Int attribute), descriptor fetch time, power-up delays, the
-//!   400 kHz open-drain limit of identification, signal voltages, card interrupts.
+//! - Not modelled here: SDMA and PIO transfers (tuning uses PIO internally), DMA_INT
+//!   (Linux's ADMA2 tables set no Int attribute) — the register-level model (`mmio/`) has
+//!   them —, descriptor fetch time, power-up delays, the 400 kHz open-drain limit of
+//!   identification, signal voltages, card interrupts.
 //!
 //! [`Bus::command_ns`]: emmc_card::timing::Bus::command_ns
 //! [`Bus::read_ns`]: emmc_card::timing::Bus::read_ns
@@ -111,6 +115,7 @@ mod data;
 mod host;
 mod inject;
 mod ios;
+pub mod mmio;
 mod owner;
 pub mod regs;
 mod request;
@@ -128,6 +133,7 @@ pub use emmc_card::command::ResponseType;
 pub use emmc_card::model::BusTiming;
 pub use host::SdhciHost;
 pub use ios::{MmcIos, PowerMode, SdClock, SdhciConfig};
+pub use mmio::{Capabilities, DmaError, DmaMemory, SdhciMmio};
 pub use owner::Sdhci;
 pub use regs::{adma2_attr, adma_err, auto_cmd_err, error_int, normal_int, IntStatus};
 pub use request::{

@@ -16,6 +16,33 @@ use super::{
 };
 use crate::cmdlog::CmdEntry;
 
+impl SdhciHost {
+    /// Write one command to the command log, if there is one: it ran until `end`; a
+    /// failing log is dropped.
+    pub(super) fn write_log(
+        &mut self,
+        e: &CmdEntry,
+        end: Nanos,
+        data_error: Option<SdhciError>,
+        busy_pending: bool,
+    ) {
+        let Some(log) = self.cmd_log.as_mut() else {
+            return;
+        };
+        if let Err(err) = log.command(e, end, data_error, busy_pending) {
+            log::error!("command log: {err}; command logging stops");
+            self.cmd_log = None;
+        }
+    }
+
+    /// Tell the fault plan a write's data phase completed (its `after_bytes_written`).
+    pub(super) fn note_written(&mut self, bytes: u64) {
+        if let Some(f) = self.faults.as_deref_mut() {
+            f.note_written(bytes);
+        }
+    }
+}
+
 /// One request in flight.
 pub(super) struct Run<'h> {
     pub(super) host: &'h mut SdhciHost,
@@ -77,19 +104,19 @@ impl<'h> Run<'h> {
     }
 
     /// Write the command held for the log: it lasted until `end`.
-    fn log_previous(&mut self, end: Nanos, busy_pending: bool) {
-        let (Some(e), Some(log)) = (self.logged.take(), self.host.cmd_log.as_mut()) else {
+    pub(super) fn log_previous(&mut self, end: Nanos, busy_pending: bool) {
+        let Some(e) = self.logged.take() else {
             return;
         };
+        if self.host.cmd_log.is_none() {
+            return;
+        }
         let data_error = if e.data.is_some() {
             self.out.data_error
         } else {
             None
         };
-        if let Err(err) = log.command(&e, end, data_error, busy_pending) {
-            log::error!("command log: {err}; command logging stops");
-            self.host.cmd_log = None;
-        }
+        self.host.write_log(&e, end, data_error, busy_pending);
     }
 
     /// Hold a command just sent for the log (the previous one ends now).
@@ -198,9 +225,7 @@ impl<'h> Run<'h> {
         match self.data_phase(&mut d, per_block, budget) {
             Ok(()) => {
                 if d.direction == DataDirection::Write {
-                    if let Some(f) = self.host.faults.as_deref_mut() {
-                        f.note_written(u64::from(d.blksz) * u64::from(d.blocks));
-                    }
+                    self.note_written(u64::from(d.blksz) * u64::from(d.blocks));
                 }
                 if auto_cmd12 {
                     self.defer_now = self.defer_final_busy;
@@ -239,9 +264,15 @@ impl<'h> Run<'h> {
         }
     }
 
-    fn auto_cmd12_not_executed(&mut self) {
+    /// Auto CMD12 could not go out because the data phase failed.
+    pub(super) fn auto_cmd12_not_executed(&mut self) {
         self.out.auto_cmd_err |= auto_cmd_err::ACMD12_NOT_EXEC;
         self.out.int_status.raise_error(error_int::AUTO_CMD_ERR);
+    }
+
+    /// Tell the fault plan a write's data phase completed (its `after_bytes_written`).
+    pub(super) fn note_written(&mut self, bytes: u64) {
+        self.host.note_written(bytes);
     }
 
     /// A manual CMD12 (after an open-ended transfer, or after any data error).
