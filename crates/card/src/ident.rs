@@ -76,6 +76,25 @@ impl Card {
         self.state = CardState::Ina;
     }
 
+    /// A pulse on RST_n at card time `at` (a host's hardware reset, e.g. SDHCI Power
+    /// Control bit 4 on Intel's eMMC controllers). It acts only while RST_n_FUNCTION is 1
+    /// (permanently enabled); otherwise the card ignores the signal, as the spec says.
+    /// An acting reset returns the card to idle with its power on: programming under way
+    /// and the volatile cache are lost as on a sudden power loss (the spec lets the cache
+    /// go), persistent state reloads. Returns whether the card was reset.
+    pub fn hardware_reset(&mut self, at: Nanos) -> bool {
+        if self.regs.byte_or_zero(crate::ext_csd::RST_N_FUNCTION) & 0x3 != 1 {
+            log::debug!("RST_n at {at} ns ignored: RST_n_FUNCTION is not 1");
+            return false;
+        }
+        log::info!(
+            "RST_n at {at} ns: hardware reset, {} volatile sectors dropped",
+            self.cache.len()
+        );
+        self.power_cycle(at, PowerDown::Sudden);
+        true
+    }
+
     // ---- the commands -------------------------------------------------------------------
 
     pub(super) fn cmd0_go_idle_state(&mut self, x: &mut Exec) -> Handled {

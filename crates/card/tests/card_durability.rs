@@ -418,3 +418,22 @@ fn a_store_that_syncs_only_at_flushes_is_synced_by_flush_cache() {
     assert_eq!(pending(), 0, "FLUSH_CACHE syncs it");
     assert_eq!(peek(&mut h, 200, 4), pattern(2, 4));
 }
+
+#[test]
+fn rst_n_resets_the_card_only_once_rst_n_function_enables_it() {
+    let mut h = Host::ready(common::model());
+    let data = pattern(7, 4);
+    h.write(500, &data, 0);
+    assert!(
+        !h.card.hardware_reset(h.now),
+        "RST_n_FUNCTION 0: the signal is ignored"
+    );
+    assert_eq!(h.card.state(), CardState::Tran, "still selected");
+    assert_eq!(volatile(&h), 4, "the cache is untouched");
+    h.switch_ok(emmc_card::ext_csd::RST_N_FUNCTION as u8, 1);
+    assert!(h.card.hardware_reset(h.now), "RST_n_FUNCTION 1: reset");
+    assert_eq!(h.card.state(), CardState::Idle);
+    assert_eq!(volatile(&h), 0, "the cache went with the reset");
+    h.init();
+    assert_eq!(h.read(500, 4), vec![0u8; 4 * 512], "never written back");
+}

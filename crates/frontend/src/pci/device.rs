@@ -1,35 +1,11 @@
 //! What the PCI function needs from the device behind BAR0 ([`PciMmio`]) and what it
 //! gives the device for bus-master DMA ([`DmaMemory`]).
 //!
-//! `DmaMemory` and `DmaError` are defined here for now. The SDHCI register model in
-//! emmc-host will need the same trait (its ADMA/SDMA engines read descriptors and move
-//! data through it), and emmc-host cannot see this crate: once that model lands, the one
-//! definition belongs in emmc-host and this module re-exports it.
+//! `DmaMemory` and `DmaError` are the SDHCI register model's own (emmc-host defines
+//! them, for its ADMA/SDMA engines); this module re-exports them.
 
 use emmc_card::timing::Nanos;
-
-/// Why a DMA access failed. The device model turns it into its own error status (for an
-/// SDHCI controller: ADMA error or a data error interrupt); it never panics over it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum DmaError {
-    /// The access is not entirely inside one region the client mapped with a file.
-    #[error("DMA of {len} bytes at bus address {addr:#x}: not inside one mapped region")]
-    NotMapped { addr: u64, len: usize },
-    /// The region is mapped, but not for this direction (a read-only map written to).
-    #[error("DMA {} of {len} bytes at bus address {addr:#x}: the region is not mapped for it", if *write { "write" } else { "read" })]
-    NotPermitted { addr: u64, len: usize, write: bool },
-    /// Bus mastering is off in the command register, or the function is not in D0.
-    #[error("DMA at bus address {addr:#x} while the function may not master the bus")]
-    Disabled { addr: u64 },
-}
-
-/// Guest memory as the device sees it: bus addresses, as the client mapped them.
-pub trait DmaMemory {
-    /// Fill `buf` from bus address `addr`.
-    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), DmaError>;
-    /// Write `buf` at bus address `addr`.
-    fn write(&self, addr: u64, buf: &[u8]) -> Result<(), DmaError>;
-}
+pub use emmc_host::sdhci::mmio::{DmaError, DmaMemory};
 
 /// The device model behind BAR0: a register file that keeps card time.
 ///

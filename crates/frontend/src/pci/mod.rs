@@ -115,9 +115,8 @@
 //!   unread (an unknown command with a body, a DATA_BOOL SET_IRQS), which desynchronises
 //!   the stream until the client goes away; QEMU sends neither.
 //!
-//! `DmaMemory` is defined here until the SDHCI model lands in emmc-host; then its one
-//! definition belongs there (emmc-host cannot see this crate) and this module
-//! re-exports it.
+//! `DmaMemory` and `DmaError` are defined once, in emmc-host (`sdhci::mmio`), whose DMA
+//! engines use them; this module re-exports them.
 
 pub mod config;
 pub mod device;

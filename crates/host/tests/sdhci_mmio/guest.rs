@@ -58,9 +58,9 @@ impl DmaMemory for GuestMem {
             }
             None => {
                 *self.refused.borrow_mut() += 1;
-                Err(DmaError::Unmapped {
+                Err(DmaError::NotMapped {
                     addr,
-                    len: buf.len() as u64,
+                    len: buf.len(),
                 })
             }
         }
@@ -75,9 +75,9 @@ impl DmaMemory for GuestMem {
             }
             None => {
                 *self.refused.borrow_mut() += 1;
-                Err(DmaError::Unmapped {
+                Err(DmaError::NotMapped {
                     addr,
-                    len: buf.len() as u64,
+                    len: buf.len(),
                 })
             }
         }

@@ -872,6 +872,40 @@ fn device_reset_returns_power_on_values_and_a_cleanly_cycled_card() {
     assert_eq!(back, data);
 }
 
+/// Intel's eMMC controllers pulse RST_n with Power Control bit 4; the card acts on it only
+/// once RST_n_FUNCTION is 1. Without the option the bit is reserved.
+#[test]
+fn power_control_bit_4_pulses_rst_n_where_the_controller_has_it() {
+    let m = model("generic-emmc45");
+    let (mut d, _) = brought_up(&m, Xfer::Adma64);
+    let on = d.readb(SDHCI_POWER_CONTROL);
+    d.writeb(on | SDHCI_POWER_RST_N, SDHCI_POWER_CONTROL);
+    assert_eq!(d.readb(SDHCI_POWER_CONTROL), on, "reserved: reads 0");
+    d.writeb(on, SDHCI_POWER_CONTROL);
+    assert_eq!(d.mmio.card().state(), CardState::Tran);
+
+    d.mmio.set_rst_n_in_power_control(true);
+    let pulse = |d: &mut Driver| {
+        d.writeb(on | SDHCI_POWER_RST_N, SDHCI_POWER_CONTROL);
+        assert_eq!(d.readb(SDHCI_POWER_CONTROL), on | SDHCI_POWER_RST_N);
+        d.writeb(on, SDHCI_POWER_CONTROL);
+    };
+    pulse(&mut d);
+    assert_eq!(
+        d.mmio.card().state(),
+        CardState::Tran,
+        "RST_n_FUNCTION 0: ignored"
+    );
+    assert!(d.send(6, (3 << 24) | (162 << 16) | (1 << 8)).is_ok());
+    while d.mmio.card().busy_until().is_some_and(|t| t > d.mmio.now()) {
+        let t = d.mmio.card().busy_until().unwrap();
+        d.idle_to(t);
+    }
+    pulse(&mut d);
+    assert_eq!(d.mmio.card().state(), CardState::Idle, "reset by RST_n");
+    mmc_init_card(&mut d, &HostCaps::for_model(&m.host)).expect("up again");
+}
+
 // ---- hostile guests -------------------------------------------------------------------------
 
 use emmc_host::sdhci::{adma2_attr, adma_err};

@@ -24,6 +24,8 @@ pub(super) struct Effects {
     reset: u8,
     /// A Status Enable byte written (bits it disables clear from the status).
     enables: bool,
+    /// RST_n released after a pulse (Power Control bit 4 from 1 to 0).
+    rst_n_pulse: bool,
 }
 
 /// Whether an access of `len` bytes at `offset` is one the model serves.
@@ -157,6 +159,11 @@ impl SdhciMmio {
                     // SD Bus Power cannot be set at a voltage the slot does not offer.
                     v &= !SDHCI_POWER_ON;
                 }
+                if self.rst_n_in_power_control {
+                    v |= b & SDHCI_POWER_RST_N;
+                    let was = self.regs.power_control & SDHCI_POWER_RST_N != 0;
+                    fx.rst_n_pulse |= was && b & SDHCI_POWER_RST_N == 0;
+                }
                 self.regs.power_control = v;
                 fx.ios = true;
             }
@@ -231,6 +238,9 @@ impl SdhciMmio {
         }
         if fx.ios {
             self.apply_ios();
+        }
+        if fx.rst_n_pulse {
+            self.card.hardware_reset(self.now);
         }
         if fx.sdma_restart {
             self.sdma_restart(dma);

@@ -151,16 +151,16 @@ mod tests {
                     buf.copy_from_slice(s);
                     Ok(())
                 }
-                _ => Err(DmaError::Unmapped {
+                _ => Err(DmaError::NotMapped {
                     addr,
-                    len: buf.len() as u64,
+                    len: buf.len(),
                 }),
             }
         }
         fn write(&self, addr: u64, buf: &[u8]) -> Result<(), DmaError> {
-            Err(DmaError::Unmapped {
+            Err(DmaError::NotMapped {
                 addr,
-                len: buf.len() as u64,
+                len: buf.len(),
             })
         }
     }

@@ -4,12 +4,20 @@
 //! [`DmaError`], which the model turns into the specification's error bit (ADMA) or a log
 //! line (SDMA), never a panic or a write elsewhere.
 
-/// Why a DMA access failed.
+/// Why a DMA access failed. The model turns it into its own error status (ADMA error, a
+/// log line for SDMA); it never panics over it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum DmaError {
-    /// Some byte of the range is not mapped (or not with the access asked for).
-    #[error("guest memory {addr:#x}+{len} is not mapped for DMA")]
-    Unmapped { addr: u64, len: u64 },
+    /// The access is not entirely inside one region of mapped memory.
+    #[error("DMA of {len} bytes at bus address {addr:#x}: not inside one mapped region")]
+    NotMapped { addr: u64, len: usize },
+    /// The region is mapped, but not for this direction (a read-only map written to).
+    #[error("DMA {} of {len} bytes at bus address {addr:#x}: the region is not mapped for it", if *write { "write" } else { "read" })]
+    NotPermitted { addr: u64, len: usize, write: bool },
+    /// Bus mastering is off (a PCI function's command register), or the function is not
+    /// in D0.
+    #[error("DMA at bus address {addr:#x} while the function may not master the bus")]
+    Disabled { addr: u64 },
 }
 
 /// Guest memory for the controller's DMA (the server maps vfio-user DMA regions). Both
@@ -27,16 +35,16 @@ pub struct NoDmaMemory;
 
 impl DmaMemory for NoDmaMemory {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), DmaError> {
-        Err(DmaError::Unmapped {
+        Err(DmaError::NotMapped {
             addr,
-            len: buf.len() as u64,
+            len: buf.len(),
         })
     }
 
     fn write(&self, addr: u64, buf: &[u8]) -> Result<(), DmaError> {
-        Err(DmaError::Unmapped {
+        Err(DmaError::NotMapped {
             addr,
-            len: buf.len() as u64,
+            len: buf.len(),
         })
     }
 }

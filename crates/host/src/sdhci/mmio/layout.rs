@@ -154,6 +154,9 @@ pub const SDHCI_POWER_180: u8 = 0x0A;
 pub const SDHCI_POWER_300: u8 = 0x0C;
 pub const SDHCI_POWER_330: u8 = 0x0E;
 pub const SDHCI_POWER_VOLTAGE_MASK: u8 = 0x0E;
+/// Reserved in SDHCI 3.00; Intel's eMMC controllers drive the card's RST_n with it
+/// (`SdhciMmio::set_rst_n_in_power_control`).
+pub const SDHCI_POWER_RST_N: u8 = 0x10;
 
 // ---- Clock Control (0x2C) -------------------------------------------------------------------
 

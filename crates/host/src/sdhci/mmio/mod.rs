@@ -204,6 +204,9 @@ pub struct SdhciMmio {
     last_sbc: Option<u32>,
     /// Accesses the model refused, for rate-limited logging.
     bad_accesses: u64,
+    /// Power Control bit 4 drives the card's RST_n (Intel's eMMC controllers, Linux's
+    /// `sdhci_pci_int_hw_reset`); otherwise the bit is reserved.
+    rst_n_in_power_control: bool,
 }
 
 impl std::fmt::Debug for SdhciMmio {
@@ -246,9 +249,21 @@ impl SdhciMmio {
             tuning_tries: 0,
             last_sbc: None,
             bad_accesses: 0,
+            rst_n_in_power_control: false,
         };
         m.reset();
         m
+    }
+
+    /// Let Power Control bit 4 drive the card's RST_n line, as Intel's eMMC controllers
+    /// do: the bit reads back what was written, and its falling edge is a hardware reset
+    /// pulse ([`Card::hardware_reset`], which acts only while the card's RST_n_FUNCTION
+    /// enables it).
+    pub fn set_rst_n_in_power_control(&mut self, on: bool) {
+        self.rst_n_in_power_control = on;
+        if !on {
+            self.regs.power_control &= !layout::SDHCI_POWER_RST_N;
+        }
     }
 
     /// Read `data.len()` bytes of the register space at `offset` at card time `now`.
