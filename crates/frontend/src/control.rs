@@ -24,19 +24,70 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use emmc_card::timing::Nanos;
+use emmc_card::Card;
 use emmc_host::fault::{FaultInjector, FaultPlan, Rule};
 use emmc_host::histogram::Histogram;
 use emmc_host::mmc::{MmcHost, MmcHostOps};
+use emmc_host::sdhci::SdhciMmio;
 
 /// Longest request line accepted: a rule is a few hundred bytes.
 pub const MAX_LINE: usize = 64 * 1024;
 /// Injections listed by `faults`, newest last.
 const HISTORY_SHOWN: usize = 32;
 
+/// The controller and card a request acts on: the request-level host (blk, mmc) or the
+/// register-level controller (sdhci).
+pub trait ControlHost {
+    /// Card time now.
+    fn now(&self) -> Nanos;
+    fn card_mut(&mut self) -> &mut Card;
+    fn fault_injector(&self) -> Option<&FaultInjector>;
+    fn fault_injector_mut(&mut self) -> Option<&mut FaultInjector>;
+    fn set_fault_injector(&mut self, faults: Option<FaultInjector>);
+}
+
+impl ControlHost for MmcHost {
+    fn now(&self) -> Nanos {
+        MmcHostOps::now(self)
+    }
+    fn card_mut(&mut self) -> &mut Card {
+        &mut self.card
+    }
+    fn fault_injector(&self) -> Option<&FaultInjector> {
+        self.sdhci.fault_injector()
+    }
+    fn fault_injector_mut(&mut self) -> Option<&mut FaultInjector> {
+        self.sdhci.fault_injector_mut()
+    }
+    fn set_fault_injector(&mut self, faults: Option<FaultInjector>) {
+        self.sdhci.set_fault_injector(faults)
+    }
+}
+
+impl ControlHost for SdhciMmio {
+    fn now(&self) -> Nanos {
+        SdhciMmio::now(self)
+    }
+    fn card_mut(&mut self) -> &mut Card {
+        SdhciMmio::card_mut(self)
+    }
+    fn fault_injector(&self) -> Option<&FaultInjector> {
+        SdhciMmio::fault_injector(self)
+    }
+    fn fault_injector_mut(&mut self) -> Option<&mut FaultInjector> {
+        SdhciMmio::fault_injector_mut(self)
+    }
+    fn set_fault_injector(&mut self, faults: Option<FaultInjector>) {
+        SdhciMmio::set_fault_injector(self, faults)
+    }
+}
+
 /// What a transport offers the control socket.
 pub trait Controlled: Send + Sync + 'static {
-    /// Run `f` on the SDHCI host and its card, between two guest requests.
-    fn with_host(&self, f: &mut dyn FnMut(&mut MmcHost));
+    /// Run `f` on the controller and its card, between two guest requests (or register
+    /// accesses), at the current card time.
+    fn with_host(&self, f: &mut dyn FnMut(&mut dyn ControlHost));
     /// The transport's own statistics (pacing, driver, latencies).
     fn transport_stats(&self) -> Value;
 }
@@ -133,9 +184,9 @@ fn execute<C: Controlled + ?Sized>(target: &C, req: ControlRequest) -> Result<Va
             target.with_host(&mut |h| {
                 card = json!({
                     "now_ns": h.now(),
-                    "counters": h.card.stats(),
+                    "counters": h.card_mut().stats(),
                 });
-                faults = faults_json(h.sdhci.fault_injector());
+                faults = faults_json(h.fault_injector());
             });
             out = Ok(json!({
                 "card": card,
@@ -144,20 +195,20 @@ fn execute<C: Controlled + ?Sized>(target: &C, req: ControlRequest) -> Result<Va
             }));
         }
         ControlRequest::Faults {} => {
-            target.with_host(&mut |h| out = Ok(faults_json(h.sdhci.fault_injector())));
+            target.with_host(&mut |h| out = Ok(faults_json(h.fault_injector())));
         }
         ControlRequest::AddFault { rule } => {
             target.with_host(&mut |h| {
-                if h.sdhci.fault_injector().is_none() {
+                if h.fault_injector().is_none() {
                     match FaultInjector::new(FaultPlan::default()) {
-                        Ok(f) => h.sdhci.set_fault_injector(Some(f)),
+                        Ok(f) => h.set_fault_injector(Some(f)),
                         Err(e) => {
                             out = Err(e.to_string());
                             return;
                         }
                     }
                 }
-                if let Some(f) = h.sdhci.fault_injector_mut() {
+                if let Some(f) = h.fault_injector_mut() {
                     out = f
                         .add_rule((*rule).clone())
                         .map(|index| json!({ "index": index }))
@@ -170,7 +221,7 @@ fn execute<C: Controlled + ?Sized>(target: &C, req: ControlRequest) -> Result<Va
         }
         ControlRequest::ClearFaults {} => {
             target.with_host(&mut |h| {
-                if let Some(f) = h.sdhci.fault_injector_mut() {
+                if let Some(f) = h.fault_injector_mut() {
                     f.clear();
                 }
             });
@@ -180,7 +231,7 @@ fn execute<C: Controlled + ?Sized>(target: &C, req: ControlRequest) -> Result<Va
             let restore = restore.unwrap_or(true);
             target.with_host(&mut |h| {
                 let at = h.now();
-                h.card.sudden_power_loss(at, restore);
+                h.card_mut().sudden_power_loss(at, restore);
                 out = Ok(json!({ "at_ns": at, "restored": restore }));
             });
             log::warn!("control: sudden power loss (power restored: {restore})");

@@ -17,6 +17,7 @@ pub mod fuzzing;
 pub mod mmc;
 pub mod pacing;
 pub mod pci;
+pub mod sdhci;
 pub mod serve;
 pub mod trace;
 

@@ -95,9 +95,8 @@ pub enum TransportArg {
     /// virtio-mmc (docs/virtio-mmc.md): the guest's own MMC requests to the emulated
     /// SDHCI host and card.
     Mmc,
-    /// vfio-user (issue 14): an SDHCI controller as a PCI function for QEMU's
-    /// vfio-user-pci, driven by the guest's own sdhci-pci. Not served yet: the PCI
-    /// function exists (crates/frontend/src/pci), the register model behind it does not.
+    /// vfio-user (docs/sdhci-transport.md): an SDHCI controller as a PCI function for
+    /// QEMU's vfio-user-pci, driven by the guest's own sdhci-pci, MMC core and mmc_block.
     Sdhci,
 }
 
@@ -126,9 +125,14 @@ pub struct ServeArgs {
     /// Built-in model name or model file (default: the image's model, or generic-emmc45).
     #[arg(long)]
     pub model: Option<String>,
-    /// What the socket serves: a block device (blk) or raw MMC requests (mmc).
+    /// What the socket serves: a block device (blk), raw MMC requests (mmc), or an SDHCI
+    /// controller as a vfio-user PCI function (sdhci).
     #[arg(long, value_enum, default_value_t = TransportArg::Blk)]
     pub transport: TransportArg,
+    /// With sdhci: the PCI vendor and device ID the controller presents, which decide the
+    /// slot Linux's sdhci-pci makes of it (docs/sdhci-transport.md, "PCI identities").
+    #[arg(long, value_enum, default_value_t = crate::pci::PciIdentity::default())]
+    pub pci_identity: crate::pci::PciIdentity,
     /// When the image is fdatasynced (docs/durability.md).
     #[arg(long, value_enum, default_value_t = ImageSyncArg::Durable)]
     pub image_sync: ImageSyncArg,
@@ -231,7 +235,28 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
     match args.transport {
         TransportArg::Blk => super::blk::serve::serve_blk(args),
         TransportArg::Mmc => super::mmc::serve::serve_mmc(args),
-        TransportArg::Sdhci => Err(super::pci::SDHCI_NOT_BUILT.to_string()),
+        TransportArg::Sdhci => super::sdhci::serve::serve_sdhci(args),
+    }
+}
+
+/// Options that belong to the blk transport's own block driver: with mmc and sdhci the
+/// guest's driver sends every command.
+pub fn refuse_blk_options(args: &ServeArgs) -> Result<(), String> {
+    let mut given = Vec::new();
+    if args.packing != PackingArg::Off {
+        given.push("--packing");
+    }
+    if args.scheduler != SchedulerArg::Noop {
+        given.push("--scheduler");
+    }
+    if given.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}: for --transport blk only (with mmc and sdhci the guest's driver sends \
+             every command)",
+            given.join(", ")
+        ))
     }
 }
 
@@ -501,7 +526,7 @@ mod tests {
     }
 
     #[test]
-    fn the_sdhci_transport_says_what_is_missing_and_touches_nothing() {
+    fn the_sdhci_transport_refuses_the_blk_drivers_options_before_touching_anything() {
         use clap::Parser;
         #[derive(Parser)]
         struct Cli {
@@ -514,14 +539,17 @@ mod tests {
             "serve".as_ref(),
             "--transport".as_ref(),
             "sdhci".as_ref(),
+            "--packing".as_ref(),
+            "always".as_ref(),
             "--socket".as_ref(),
             socket.as_os_str(),
             "--image".as_ref(),
             image.as_os_str(),
         ])
         .unwrap();
+        assert_eq!(cli.serve.pci_identity, crate::pci::PciIdentity::IntelApl);
         let e = serve(&cli.serve).unwrap_err();
-        assert!(e.contains("SDHCI register model is not built yet"), "{e}");
+        assert!(e.contains("--packing: for --transport blk only"), "{e}");
         assert!(!socket.exists() && !image.exists());
     }
 }

@@ -10,7 +10,6 @@ use super::target::{CardTarget, DriverPolicy};
 use crate::control::{latency_json, pacing_json, Controlled};
 use crate::serve::{exact_timers, open_card, open_cmd_log, run_daemon, ServedBackend};
 pub use crate::serve::{ServeArgs, TimingArg};
-use emmc_host::mmc::MmcHost;
 
 impl ServedBackend for EmmcBlkBackend {
     fn timer_fd(&self) -> i32 {
@@ -31,7 +30,7 @@ impl ServedBackend for EmmcBlkBackend {
 }
 
 impl Controlled for EmmcBlkBackend {
-    fn with_host(&self, f: &mut dyn FnMut(&mut MmcHost)) {
+    fn with_host(&self, f: &mut dyn FnMut(&mut dyn crate::control::ControlHost)) {
         self.with_target(|t| f(t.driver_mut().host_mut()));
     }
 

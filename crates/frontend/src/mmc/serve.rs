@@ -8,9 +8,9 @@ use std::sync::Arc;
 use super::backend::{EmmcMmcBackend, TIMER_EVENT};
 use super::device::MmcDevice;
 use crate::control::{pacing_json, Controlled};
-use crate::serve::{exact_timers, open_card, open_cmd_log, run_daemon, ServeArgs, ServedBackend};
-use emmc_host::mmc::MmcHost;
-use emmc_host::policy::{PackingArg, SchedulerArg};
+use crate::serve::{
+    exact_timers, open_card, open_cmd_log, refuse_blk_options, run_daemon, ServeArgs, ServedBackend,
+};
 
 impl ServedBackend for EmmcMmcBackend {
     fn timer_fd(&self) -> i32 {
@@ -32,7 +32,7 @@ impl ServedBackend for EmmcMmcBackend {
 }
 
 impl Controlled for EmmcMmcBackend {
-    fn with_host(&self, f: &mut dyn FnMut(&mut MmcHost)) {
+    fn with_host(&self, f: &mut dyn FnMut(&mut dyn crate::control::ControlHost)) {
         self.with_device(|d| f(d.host_mut()));
     }
 
@@ -41,25 +41,6 @@ impl Controlled for EmmcMmcBackend {
             "transport": "mmc",
             "pacing": pacing_json(&self.pacing_stats()),
         })
-    }
-}
-
-/// Options that belong to the blk transport's own block driver.
-fn refuse_blk_options(args: &ServeArgs) -> Result<(), String> {
-    let mut given = Vec::new();
-    if args.packing != PackingArg::Off {
-        given.push("--packing");
-    }
-    if args.scheduler != SchedulerArg::Noop {
-        given.push("--scheduler");
-    }
-    if given.is_empty() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{}: for --transport blk only (with mmc the guest's driver sends every command)",
-            given.join(", ")
-        ))
     }
 }
 

@@ -95,6 +95,15 @@ impl CardTime {
         self.last
     }
 
+    /// Card time now, without starting a clock: between sessions it stands where the last
+    /// one left it.
+    pub(crate) fn current(&mut self) -> Nanos {
+        if let Some(clock) = self.clock {
+            self.last = self.last.max(clock.card_at(Instant::now()));
+        }
+        self.last
+    }
+
     /// `--timing off`: card time jumps to `t` (if it is not past it already).
     pub(crate) fn reach(&mut self, t: Nanos) -> Nanos {
         self.last = self.last.max(t);
@@ -130,6 +139,8 @@ pub(crate) struct Inner<D> {
     pub(crate) armed: Option<Nanos>,
     pub(crate) stats: PciStats,
     bar0_size: u64,
+    /// The session being served, to wake its timer thread from other threads.
+    pub(crate) session: Option<Arc<Session>>,
 }
 
 impl<D: PciMmio> Inner<D> {
@@ -146,6 +157,16 @@ impl<D: PciMmio> Inner<D> {
         self.config.set_interrupt_status(line);
         if self.intx.update(line, self.config.intx_disabled()) {
             self.stats.intx_signals += 1;
+        }
+    }
+
+    /// Wake the session's timer thread if the device's next event is sooner than the one
+    /// it waits for.
+    pub(crate) fn wake_if_sooner(&self) {
+        if let (Some(next), Some(session)) = (self.device.next_event(), &self.session) {
+            if self.armed.is_none_or(|armed| next < armed) {
+                session.wake();
+            }
         }
     }
 
@@ -246,6 +267,7 @@ impl<D: PciMmio> Inner<D> {
     /// The client left: its maps and descriptors go, the card is power-cycled and the
     /// function is as after reset.
     pub(crate) fn end_session(&mut self) {
+        self.session = None;
         let now = self.time.end_session();
         self.dma.clear();
         self.intx = Intx::default();
@@ -274,6 +296,7 @@ impl<D: PciMmio> Function<D> {
                 armed: None,
                 stats: PciStats::default(),
                 bar0_size,
+                session: None,
             }),
         }
     }

@@ -3,7 +3,7 @@
 //! core and `mmc_block` drive the card through BAR0.
 //!
 //! This module is the PCI function and the vfio-user server; the device behind BAR0 is
-//! any [`PciMmio`] (the SDHCI register model of emmc-host, once it exists; a fake in the
+//! any [`PciMmio`] (the SDHCI register model of emmc-host, `crate::sdhci`; a fake in the
 //! tests). The protocol is rust-vmm's `vfio_user` crate (0.1.7): its `Server` runs the
 //! message loop and calls our `ServerBackend` (`function.rs`).
 //!
@@ -130,11 +130,7 @@ mod timer;
 pub use device::{DmaError, DmaMemory, PciMmio};
 pub use function::{PciOptions, PciStats};
 pub use identity::{PciIdentity, PciIds};
-pub use server::{PciError, PciServer, SessionEnd};
-
-/// What `serve --transport sdhci` answers until the SDHCI register model exists.
-pub const SDHCI_NOT_BUILT: &str = "--transport sdhci: the SDHCI register model is not built \
-    yet (the vfio-user PCI function that will serve it is, in crates/frontend/src/pci)";
+pub use server::{PciError, PciHandle, PciServer, SessionEnd};
 
 #[cfg(test)]
 mod tests;

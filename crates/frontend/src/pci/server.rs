@@ -11,6 +11,7 @@ use std::sync::Arc;
 use super::device::PciMmio;
 use super::function::{irqs, regions, Backend, Function, PciOptions, PciStats, Session};
 use super::timer;
+use emmc_card::timing::Nanos;
 
 /// Why the server could not start or go on.
 #[derive(Debug, thiserror::Error)]
@@ -97,6 +98,7 @@ impl<D: PciMmio> PciServer<D> {
     /// accepted or a session cannot start; whatever a client does ends its own session.
     pub fn serve_session(&self) -> Result<SessionEnd, PciError> {
         let session = Arc::new(Session::new().map_err(PciError::Session)?);
+        self.function.lock().session = Some(session.clone());
         let timer = timer::spawn(
             self.function.clone(),
             session.clone(),
@@ -156,9 +158,48 @@ impl<D: PciMmio> PciServer<D> {
         self.function.lock().stats.clone()
     }
 
+    /// A handle on the function for other threads (a control socket, a signal handler).
+    pub fn handle(&self) -> PciHandle<D> {
+        PciHandle {
+            function: self.function.clone(),
+        }
+    }
+
     /// DMA maps held now: all of them, and those the device can reach.
     pub fn dma_maps(&self) -> (usize, usize) {
         self.function.lock().dma.count()
+    }
+}
+
+/// The function as other threads reach it: between two register accesses, under the
+/// same lock.
+pub struct PciHandle<D: PciMmio> {
+    function: Arc<Function<D>>,
+}
+
+impl<D: PciMmio> Clone for PciHandle<D> {
+    fn clone(&self) -> Self {
+        PciHandle {
+            function: self.function.clone(),
+        }
+    }
+}
+
+impl<D: PciMmio> PciHandle<D> {
+    /// Run `f` on the device at the current card time, after what was due by then has
+    /// run; then set the line, and wake the timer thread if `f` made an event sooner.
+    pub fn with_device_now<R>(&self, f: impl FnOnce(&mut D, Nanos) -> R) -> R {
+        let mut inner = self.function.lock();
+        let now = inner.time.current();
+        inner.advance(now);
+        let r = f(&mut inner.device, now);
+        inner.update_intx();
+        inner.wake_if_sooner();
+        r
+    }
+
+    pub fn stats(&self) -> PciStats {
+        self.function.lock().stats.clone()
     }
 }
 

@@ -195,9 +195,9 @@ impl Rig {
         let listener = UnixListener::bind(&path).unwrap();
         let log = Arc::new(Mutex::new(FakeLog::default()));
         let options = PciOptions {
+            identity: crate::pci::identity::PciIdentity::Generic,
             pacing,
             spin: SpinMargin::fixed(Duration::from_micros(200)),
-            ..PciOptions::default()
         };
         let server =
             Arc::new(PciServer::from_listener(listener, Fake::new(log.clone()), options).unwrap());

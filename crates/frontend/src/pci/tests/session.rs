@@ -422,7 +422,10 @@ fn bind_creates_an_owner_only_socket_replaces_a_stale_one_and_refuses_other_file
     let path = dir.path().join("pci.sock");
     let log = std::sync::Arc::new(std::sync::Mutex::new(super::FakeLog::default()));
     let fake = || super::Fake::new(log.clone());
-    let options = crate::pci::PciOptions::default;
+    let options = || crate::pci::PciOptions {
+        identity: crate::pci::PciIdentity::Generic,
+        ..Default::default()
+    };
     {
         let _stale = std::os::unix::net::UnixListener::bind(&path).unwrap();
     }
