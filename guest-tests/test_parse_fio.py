@@ -127,6 +127,36 @@ class ParseFio(unittest.TestCase):
         self.assertEqual(rc, 1, out)
         self.assertIn("end marker", out)
 
+    def sh_log(self, rc, dmesg=()):
+        """A run with one shell job (before the fio job, as guest-init.sh writes it)."""
+        text = data_log(fio_doc(250_000), dmesg=dmesg)
+        return text.replace("@@GT-BEGIN@@\n", "@@GT-BEGIN@@\n@@GT-SH-BEGIN probe@@\n"
+                            f"card: QEMU!!\nWRITE-RESULT: hung\n@@GT-SH-END probe rc={rc}@@\n")
+
+    def test_shell_jobs_are_printed_and_must_exit_zero(self):
+        rc, out = self.run_parse(self.sh_log(0), extra=["--sh-jobs", "probe"])
+        self.assertEqual(rc, 0, out)
+        self.assertIn("probe: WRITE-RESULT: hung", out)
+        rc, out = self.run_parse(self.sh_log(1), extra=["--sh-jobs", "probe"])
+        self.assertEqual(rc, 1, out)
+        self.assertIn("probe.sh: exited 1", out)
+        rc, out = self.run_parse(self.sh_log(0), extra=["--sh-jobs", "probe,other"])
+        self.assertEqual(rc, 1, out)
+        self.assertIn("other.sh: no output", out)
+
+    def test_kernel_lines_of_the_device_under_test_can_be_allowed(self):
+        dmesg = ("blk_update_request: I/O error, dev mmcblk0, sector 131072 op 0x1:(WRITE)",)
+        rc, out = self.run_parse(self.sh_log(0, dmesg), extra=["--sh-jobs", "probe"])
+        self.assertEqual(rc, 1, out)
+        rc, out = self.run_parse(self.sh_log(0, dmesg),
+                                 extra=["--sh-jobs", "probe", "--dmesg-allow", "mmc0|mmcblk0"])
+        self.assertEqual(rc, 0, out)
+        self.assertIn("1 known (--dmesg-allow)", out)
+        # Anything else still fails.
+        rc, out = self.run_parse(self.sh_log(0, dmesg + ("BUG: unable to handle page fault",)),
+                                 extra=["--sh-jobs", "probe", "--dmesg-allow", "mmc0|mmcblk0"])
+        self.assertEqual(rc, 1, out)
+
 
 if __name__ == "__main__":
     unittest.main()
