@@ -12,6 +12,9 @@
 #   guest-tests/qemu11.sh version        the installed QEMU version (from the stamp)
 #   guest-tests/qemu11.sh run [--bind DIR]... -- QEMU-ARGS...
 #                                        run qemu-system-x86_64 in the root
+#   guest-tests/qemu11.sh download DIR PACKAGE...
+#                                        apt-get download trixie packages (e.g. a guest
+#                                        kernel) with the root's apt into DIR
 #   guest-tests/qemu11.sh remove         delete the root
 #
 # `run` binds /proc, /sys, /dev, /dev/shm and each --bind DIR into the root at the same
@@ -21,13 +24,51 @@
 # is killed, and runs at the same time do not see each other's mounts.
 #
 # Environment: QEMU11_DIR (default $GUEST_CACHE/qemu11, GUEST_CACHE defaulting to
-# guest-tests/work), QEMU11_MIRROR (default http://deb.debian.org/debian).
+# guest-tests/work), QEMU11_MIRROR (default: the Debian archive the host's apt sources
+# name for bookworm, else http://deb.debian.org/debian).
 # See guest-tests/README.md, "QEMU 11.1".
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 QEMU11_DIR=${QEMU11_DIR:-${GUEST_CACHE:-$HERE/work}/qemu11}
-QEMU11_MIRROR=${QEMU11_MIRROR:-http://deb.debian.org/debian}
+
+# The Debian archive the host's apt takes bookworm from (the suite itself, -updates or
+# -backports; -security is another archive), in one-line .list or deb822 .sources
+# files, so that the root comes from the mirror the machine already uses.
+q11_host_mirror() {
+    local f
+    for f in /etc/apt/sources.list.d/*.sources; do
+        [[ -r $f ]] || continue
+        awk 'BEGIN { RS = ""; FS = "\n" }
+            {
+                types = ""; uris = ""; suites = ""; enabled = "yes"
+                for (i = 1; i <= NF; i++) {
+                    if ($i ~ /^Types:/) types = $i
+                    else if ($i ~ /^URIs:/) uris = $i
+                    else if ($i ~ /^Suites:/) suites = $i
+                    else if ($i ~ /^Enabled:/) enabled = $i
+                }
+                if (types ~ /[ \t]deb([ \t]|$)/ && suites ~ /[ \t]bookworm(-updates|-backports)?([ \t]|$)/ &&
+                    enabled !~ /no/) {
+                    sub(/^URIs:[ \t]*/, "", uris); split(uris, u, /[ \t]+/); print u[1]
+                }
+            }' "$f"
+    done
+    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+        [[ -r $f ]] || continue
+        awk '$1 == "deb" {
+                i = 2
+                if ($2 ~ /^\[/) { while (i <= NF && $i !~ /\]$/) i++; i++ }
+                if ($(i + 1) ~ /^bookworm(-updates|-backports)?$/) print $i
+            }' "$f"
+    done
+}
+if [[ -z ${QEMU11_MIRROR:-} ]]; then
+    QEMU11_MIRROR=$(q11_host_mirror)
+    QEMU11_MIRROR=${QEMU11_MIRROR%%$'\n'*}
+    QEMU11_MIRROR=${QEMU11_MIRROR%/}
+    : "${QEMU11_MIRROR:=http://deb.debian.org/debian}"
+fi
 QEMU11_SUITE=trixie
 # The QEMU this root must hold: the package, its version range, the devices it lists.
 QEMU11_PKG=qemu-system-x86
@@ -206,6 +247,39 @@ EOF
     exec {lock}>&-
 }
 
+# apt-get download of trixie packages into DIR with the root's apt (a bookworm host's
+# apt cannot check trixie's signatures on its own): for the guest tests' trixie kernel.
+# Updates the root's package lists first when one of the packages is not in them.
+q11_download() {
+    local dir root tmp lock p
+    q11_need_root "downloading with the root's apt"
+    [[ $# -ge 2 ]] || q11_die "usage: $0 download DIR PACKAGE..."
+    dir=$1
+    shift
+    [[ -d $dir ]] || q11_die "download: not a directory: $dir"
+    q11_ready || q11_die "no complete QEMU 11 root in $(q11_root): run '$0 install' first"
+    root=$(q11_root)
+    exec {lock}>"$QEMU11_DIR/lock"
+    flock "$lock"
+    for p in "$@"; do
+        if ! q11_chroot apt-cache show "$p" >/dev/null 2>&1; then
+            q11_step "apt-get update (in the root, for $p)" "$QEMU11_DIR/build.log" \
+                q11_chroot apt-get update -q
+            break
+        fi
+    done
+    tmp=/var/tmp/q11-download
+    rm -rf "${root:?}$tmp"
+    mkdir -p "$root$tmp"
+    # shellcheck disable=SC2016 # expanded by the chroot's sh
+    q11_step "apt-get download $* (in the root)" "$QEMU11_DIR/build.log" \
+        q11_chroot sh -c 'cd "$1" && shift && apt-get -q -o APT::Sandbox::User=root download "$@"' \
+        q11-download "$tmp" "$@"
+    mv "$root$tmp"/*.deb "$dir/"
+    rm -rf "${root:?}$tmp"
+    exec {lock}>&-
+}
+
 # Runs qemu-system-x86_64 from the root with /proc, /sys, /dev, /dev/shm and the given
 # directories bound at their own paths. Re-enters this script in a private mount
 # namespace; the mounts are undone by a trap, and by the kernel when the namespace
@@ -293,13 +367,14 @@ q11_main() {
     check) q11_ready ;;
     version) q11_version ;;
     run) q11_run "$@" ;;
+    download) q11_download "$@" ;;
     __run-in-namespace) q11_run_in_namespace "$@" ;;
     remove)
         q11_need_root "removing the root"
         q11_remove_root
         ;;
     -h | --help | help | "") sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0" ;;
-    *) q11_die "unknown command: $cmd (install, check, version, run, remove)" ;;
+    *) q11_die "unknown command: $cmd (install, check, version, run, download, remove)" ;;
     esac
 }
 
