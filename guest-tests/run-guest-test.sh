@@ -19,6 +19,11 @@ REPO=$(dirname "$HERE")
 # (bookworm's point-release kernel; also in bookworm-security.) Override with
 # GUEST_KERNEL_PKG=linux-image-6.1.0-NN-amd64 if it has left the mirror.
 KERNEL_PKG_PINNED=linux-image-6.1.0-50-amd64
+# --kernel 6.12: trixie's point-release kernel (signed image, modules xz-compressed),
+# fetched with the apt of the trixie root guest-tests/qemu11.sh builds. When it has
+# left trixie's main archive, pass --kernel linux-image-6.12.NN+deb13-amd64 or
+# update this pin.
+KERNEL_PKG_PINNED_TRIXIE=linux-image-6.12.117+deb13-amd64
 # Modules /init loads (with their dependencies, from modules.dep): the virtio
 # stack, and the MMC stack for an SDHCI controller on PCI (--disk qemu-sdhci;
 # sdhci-pci pulls in cqhci). Without such a controller the MMC modules load and
@@ -86,6 +91,13 @@ Options (environment variable in brackets):
   --bin PATH                  vhost-user-emmc binary (default: the repo's
                               target/release build) [VHOST_USER_EMMC]
   --no-build                  do not run cargo build --release first
+  --kernel 6.1|6.12|PACKAGE   guest kernel: 6.1 (default), bookworm's
+                              linux-image-6.1.0-50-amd64; 6.12, trixie's
+                              linux-image-6.12.117+deb13-amd64 (fetched with the
+                              apt of guest-tests/qemu11.sh's trixie root, which
+                              it builds if missing); or an exact Debian
+                              linux-image-*-amd64 package name (+deb13: trixie)
+                              [GUEST_KERNEL; GUEST_KERNEL_PKG overrides 6.1's]
   --qemu 10|11|PATH           10 (default): qemu-system-x86_64 from PATH, QEMU 10
                               installed from bookworm-backports; 11: QEMU 11.1 from
                               trixie-backports, run in a Debian trixie root that
@@ -140,7 +152,7 @@ SUMMARY_JSON=
 SAVE_DIR=
 KEEP=0
 QUIET=0
-KERNEL_PKG=${GUEST_KERNEL_PKG:-$KERNEL_PKG_PINNED}
+KERNEL=${GUEST_KERNEL:-6.1}
 QEMU=${GUEST_QEMU:-}
 GUEST_MEM=${GUEST_MEM:-512M}
 GUEST_SMP=${GUEST_SMP:-1}
@@ -163,6 +175,7 @@ while [[ $# -gt 0 ]]; do
     --bin) need_arg "$@"; BIN=$2; shift 2 ;;
     --no-build) BUILD=0; shift ;;
     --qemu) need_arg "$@"; QEMU=$2; shift 2 ;;
+    --kernel) need_arg "$@"; KERNEL=$2; shift 2 ;;
     --fio-var) need_arg "$@"; FIO_VARS+=("$2"); shift 2 ;;
     --timeout) need_arg "$@"; TIMEOUT=$2; shift 2 ;;
     --cache) need_arg "$@"; CACHE=$2; shift 2 ;;
@@ -180,6 +193,16 @@ is_number() { [[ $1 =~ ^[0-9]+([.][0-9]+)?$ ]]; }
 is_number "$EXPECT_WRITE_US" || die "--expect-min-write-lat-us: not a number: $EXPECT_WRITE_US"
 is_number "$EXPECT_READ_US" || die "--expect-min-read-lat-us: not a number: $EXPECT_READ_US"
 [[ $VIRTIO_ID =~ ^[0-9]+$ ]] || die "--virtio-id: not a number: $VIRTIO_ID"
+# The kernel package and the Debian suite it comes from.
+case $KERNEL in
+6.1) KERNEL_PKG=${GUEST_KERNEL_PKG:-$KERNEL_PKG_PINNED} ;;
+6.12) KERNEL_PKG=$KERNEL_PKG_PINNED_TRIXIE ;;
+linux-image-*-amd64) KERNEL_PKG=$KERNEL ;;
+*) die "--kernel must be 6.1, 6.12 or a linux-image-*-amd64 package name, not '$KERNEL'" ;;
+esac
+[[ $KERNEL_PKG =~ ^linux-image-[0-9][A-Za-z0-9.+~-]*-amd64$ ]] || die "not a kernel package name: $KERNEL_PKG"
+KERNEL_SUITE=bookworm
+[[ $KERNEL_PKG != *+deb13-* ]] || KERNEL_SUITE=trixie
 
 # The disk decides the default job set and which QEMU: QEMU's own eMMC and the
 # generic vhost-user device are in QEMU 11.1, not 10.
@@ -330,6 +353,8 @@ install_packages() {
         [[ -n $(pkg_version "$p") ]] || plain+=("$p")
     done
     command -v python3 >/dev/null || plain+=(python3)
+    # xz: trixie's kernel modules are .ko.xz.
+    [[ $KERNEL_SUITE != trixie ]] || command -v xz >/dev/null || plain+=(xz-utils)
     [[ -n $QEMU ]] || qemu_ok qemu-system-x86 || bpo+=(qemu-system-x86)
     if [[ $BACKEND == qsd ]] && ! qemu_ok qemu-utils; then bpo+=(qemu-utils); fi
     [[ ${#plain[@]} -gt 0 || ${#bpo[@]} -gt 0 ]] || return 0
@@ -374,8 +399,12 @@ fetch_kernel() {
     if [[ -f $kdir/.ready && -f $VMLINUZ ]]; then
         return 0
     fi
-    log "fetching $KERNEL_PKG"
+    log "fetching $KERNEL_PKG ($KERNEL_SUITE)"
     [[ $INSTALL == 1 ]] || die "kernel $KERNEL_PKG not in $kdir and --no-install given"
+    if [[ $KERNEL_SUITE == trixie ]]; then
+        fetch_trixie_kernel "$kdir"
+        return 0
+    fi
     if ! apt-cache show "$KERNEL_PKG" >/dev/null 2>&1; then
         apt_update_once
     fi
@@ -391,12 +420,38 @@ fetch_kernel() {
         die "apt-get download $KERNEL_PKG failed (is it still on the mirror? set GUEST_KERNEL_PKG to override)"
     deb=$(find "$kdir/dl" -name "${KERNEL_PKG}_*.deb" | head -n 1)
     [[ -n $deb ]] || die "apt-get download left no .deb for $KERNEL_PKG"
+    unpack_kernel "$kdir" "$deb"
+}
+
+# Unpacks the kernel package DEB into KDIR/root and writes its modules.dep (the
+# package leaves that to its postinst).
+unpack_kernel() {
+    local kdir=$1 deb=$2
     dpkg -x "$deb" "$KROOT"
     rm -f "$deb"
+    # trixie's packages are /usr-merged (usr/lib/modules); lib -> usr/lib as on a
+    # merged system, for depmod -b and the paths below.
+    if [[ -d $KROOT/usr/lib/modules && ! -e $KROOT/lib ]]; then
+        ln -s usr/lib "$KROOT/lib"
+    fi
     [[ -f $VMLINUZ ]] || die "$KERNEL_PKG has no boot/vmlinuz-$KVER"
     [[ -d $KROOT/lib/modules/$KVER ]] || die "$KERNEL_PKG has no lib/modules/$KVER"
     depmod -b "$KROOT" "$KVER" || die "depmod on $KERNEL_PKG failed"
     touch "$kdir/.ready"
+}
+
+# A trixie kernel: bookworm's apt has neither trixie's package lists nor, on every
+# point release, its archive keys, so the trixie root's apt downloads it.
+fetch_trixie_kernel() {
+    local kdir=$1 deb
+    GUEST_CACHE=$CACHE "$HERE/qemu11.sh" install || die "building the trixie root (for $KERNEL_PKG) failed"
+    rm -rf "$kdir"
+    mkdir -p "$kdir/dl"
+    GUEST_CACHE=$CACHE "$HERE/qemu11.sh" download "$kdir/dl" "$KERNEL_PKG" ||
+        die "apt-get download $KERNEL_PKG in the trixie root failed (has it left trixie's archive? pass --kernel linux-image-6.12.NN+deb13-amd64 or update KERNEL_PKG_PINNED_TRIXIE)"
+    deb=$(find "$kdir/dl" -name "${KERNEL_PKG}_*.deb" | head -n 1)
+    [[ -n $deb ]] || die "apt-get download left no .deb for $KERNEL_PKG"
+    unpack_kernel "$kdir" "$deb"
 }
 
 # Prints the module files (relative to lib/modules/KVER) to load, dependencies first.
@@ -416,8 +471,12 @@ module_load_order() {
     }
     local name path
     for name in "${GUEST_MODULES[@]}"; do
-        path=$(awk -F: -v n="/$name.ko" 'index($1, n) && substr($1, length($1) - length(n) + 1) == n { print $1; exit }' \
-            "$moddir/modules.dep")
+        # Debian's 6.1 modules are plain .ko; trixie's are .ko.xz.
+        path=$(awk -F: -v name="$name" '{
+                n = split($1, parts, "/"); base = parts[n]
+                sub(/\.(xz|zst|gz)$/, "", base)
+                if (base == name ".ko") { print $1; exit }
+            }' "$moddir/modules.dep")
         if [[ -z $path ]]; then
             if grep -q "/$name.ko$" "$moddir/modules.builtin"; then
                 continue # built into this kernel
@@ -448,13 +507,15 @@ build_initramfs() {
         cat "$HERE/guest-init.sh" "$HERE/guest-bounded.sh" "$HERE"/jobs/*.fio "$HERE"/jobs/*.sh
         sha256sum "$fio" "$mmc" "$busybox"
     } | sha256sum | cut -c1-16)
-    INITRD=$CACHE/initramfs/initramfs-$key.cpio
+    INITRD=$CACHE/initramfs/initramfs-$KVER-$key.cpio
     if [[ -f $INITRD ]]; then
         return 0
     fi
     log "building the initramfs"
     mkdir -p "$CACHE/initramfs"
-    find "$CACHE/initramfs" -maxdepth 1 -name 'initramfs-*' -delete
+    # One cached initramfs per kernel; older builds for this kernel (and those of
+    # the format before the kernel was in the name) go.
+    find "$CACHE/initramfs" -maxdepth 1 \( -name "initramfs-$KVER-*" -o -regex '.*/initramfs-[0-9a-f]*\.cpio' \) -delete
     root=$(mktemp -d "$CACHE/initramfs/root.XXXXXX")
     mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,usr/lib/fio,lib64,lib/modules,proc,sys,dev,tmp,jobs,etc}
     cp "$busybox" "$root/bin/busybox"
@@ -464,8 +525,14 @@ build_initramfs() {
     : >"$root/modules.load"
     while read -r f; do
         [[ -n $f ]] || continue
-        cp "$KROOT/lib/modules/$KVER/$f" "$root/lib/modules/"
-        basename "$f" >>"$root/modules.load"
+        # Uncompressed: busybox's insmod hands the file to init_module as it is.
+        case $f in
+        *.ko.xz) xz -dc "$KROOT/lib/modules/$KVER/$f" >"$root/lib/modules/$(basename "$f" .xz)" ;;
+        *.ko.zst) zstd -q -dc "$KROOT/lib/modules/$KVER/$f" >"$root/lib/modules/$(basename "$f" .zst)" ;;
+        *.ko.gz) gzip -dc "$KROOT/lib/modules/$KVER/$f" >"$root/lib/modules/$(basename "$f" .gz)" ;;
+        *) cp "$KROOT/lib/modules/$KVER/$f" "$root/lib/modules/" ;;
+        esac || die "cannot unpack module $f"
+        basename "${f%.ko*}.ko" >>"$root/modules.load"
     done <<<"$modules"
     # fio and mmc, and every shared library they load (in /usr/lib/fio: a wrapper
     # runs each with LD_LIBRARY_PATH=/usr/lib/fio).
