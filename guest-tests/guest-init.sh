@@ -5,8 +5,9 @@
 # modules, fio and its libraries, and the job files under /jobs. It passes its
 # settings on the kernel command line as NAME=value words, which the kernel
 # hands to /init as environment variables:
-#   GT_JOBS         job files to run, comma separated, without ".fio"
-#   GT_DEV          the disk (default /dev/vda)
+#   GT_JOBS         jobs to run, comma separated: /jobs/NAME.fio (fio) or
+#                   /jobs/NAME.sh (a busybox sh script)
+#   GT_DEV          the disk (default /dev/vda; "none": no disk to wait for)
 #   GT_HUGEPAGES    reserve this many 2 MiB huge pages (for fio's mem=shmhuge)
 #   GT_*            sizes and runtimes that the job files use as ${GT_...}
 #
@@ -14,6 +15,7 @@
 # (ttyS1), which carries nothing else, between markers the host parses:
 #   @@GT-BEGIN@@
 #   @@GT-FIO-BEGIN <job>@@ ... fio JSON ... @@GT-FIO-END <job> rc=<rc>@@
+#   @@GT-SH-BEGIN <job>@@ ... the script's output ... @@GT-SH-END <job> rc=<rc>@@
 #   @@GT-DMESG-BEGIN@@ ... kernel log ... @@GT-DMESG-END@@
 #   @@GT-END@@
 # A run that does not reach @@GT-END@@ has failed. At the end the guest powers
@@ -52,16 +54,18 @@ while read -r mod; do
     insmod "/lib/modules/$mod" || fail "insmod $mod failed"
 done </modules.load
 
-i=0
-while [ ! -b "$GT_DEV" ]; do
-    i=$((i + 1))
-    [ "$i" -le 300 ] || fail "$GT_DEV did not appear within 30 s"
-    sleep 0.1
-done
-say "$GT_DEV: $(cat "/sys/class/block/${GT_DEV##*/}/size") sectors of 512 B"
-# The queue limits decide how the block layer splits fio's I/Os into requests.
-q=/sys/block/${GT_DEV##*/}/queue
-say "$GT_DEV queue: max_sectors_kb $(cat "$q/max_sectors_kb") max_hw_sectors_kb $(cat "$q/max_hw_sectors_kb") max_segments $(cat "$q/max_segments") max_segment_size $(cat "$q/max_segment_size")"
+if [ "$GT_DEV" != none ]; then
+    i=0
+    while [ ! -b "$GT_DEV" ]; do
+        i=$((i + 1))
+        [ "$i" -le 300 ] || fail "$GT_DEV did not appear within 30 s"
+        sleep 0.1
+    done
+    say "$GT_DEV: $(cat "/sys/class/block/${GT_DEV##*/}/size") sectors of 512 B"
+    # The queue limits decide how the block layer splits fio's I/Os into requests.
+    q=/sys/block/${GT_DEV##*/}/queue
+    say "$GT_DEV queue: max_sectors_kb $(cat "$q/max_sectors_kb") max_hw_sectors_kb $(cat "$q/max_hw_sectors_kb") max_segments $(cat "$q/max_segments") max_segment_size $(cat "$q/max_segment_size")"
+fi
 
 # Huge pages for fio's buffers (mem=shmhuge in the fidelity jobs), when asked for.
 if [ -n "${GT_HUGEPAGES:-}" ]; then
@@ -72,7 +76,23 @@ fi
 echo "@@GT-BEGIN@@" >&3
 cd /tmp || fail "no /tmp"
 for job in $(echo "$GT_JOBS" | tr ',' ' '); do
-    [ -f "/jobs/$job.fio" ] || fail "no job file /jobs/$job.fio"
+    if [ -f "/jobs/$job.sh" ]; then
+        # A shell job: its output goes to the console and the results port; it
+        # bounds its own waits (a stuck device must not stop the jobs after it).
+        say "sh $job.sh (t=$(cut -d' ' -f1 /proc/uptime) s)"
+        echo "@@GT-JOB-START $job@@" >&3
+        rc=0
+        sh "/jobs/$job.sh" >"/tmp/$job.out" 2>&1 || rc=$?
+        sed "s/^/guest: $job: /" "/tmp/$job.out"
+        {
+            echo "@@GT-SH-BEGIN $job@@"
+            cat "/tmp/$job.out"
+            echo "@@GT-SH-END $job rc=$rc@@"
+        } >&3
+        say "sh $job.sh exited $rc"
+        continue
+    fi
+    [ -f "/jobs/$job.fio" ] || fail "no job file /jobs/$job.fio or /jobs/$job.sh"
     say "fio $job.fio (t=$(cut -d' ' -f1 /proc/uptime) s)"
     echo "@@GT-JOB-START $job@@" >&3
     fio --eta=never --output-format=json --output="/tmp/$job.json" "/jobs/$job.fio" \

@@ -10,7 +10,10 @@ latency min/p50/p99/max in microseconds, errors), and exits non-zero when:
     does not parse;
   * any fio job reports an error (I/O error, verification failure), did no
     I/O, or is a verify job that read nothing back;
-  * the guest kernel log shows an I/O error, an oops or a warning;
+  * the guest kernel log shows an I/O error, an oops or a warning (lines matching
+    --dmesg-allow are listed, not counted);
+  * a shell job (--sh-jobs: /jobs/NAME.sh in the guest) is missing or exited
+    non-zero; its output is printed;
   * the smallest write (or read) completion latency of any job is below the
     expected minimum: the larger of --expect-min-*-lat-us and, with
     --model-trace, the smallest latency the daemon modelled for that direction
@@ -31,6 +34,8 @@ BEGIN = "@@GT-BEGIN@@"
 END = "@@GT-END@@"
 FIO_BEGIN = re.compile(r"^@@GT-FIO-BEGIN (\S+)@@$")
 FIO_END = re.compile(r"^@@GT-FIO-END (\S+) rc=(-?\d+)@@$")
+SH_BEGIN = re.compile(r"^@@GT-SH-BEGIN (\S+)@@$")
+SH_END = re.compile(r"^@@GT-SH-END (\S+) rc=(-?\d+)@@$")
 FATAL = re.compile(r"@@GT-FATAL (.*)@@")
 DMESG_BEGIN = "@@GT-DMESG-BEGIN@@"
 DMESG_END = "@@GT-DMESG-END@@"
@@ -50,8 +55,8 @@ DMESG_BAD = re.compile(
 def parse_log(text):
     """Split the data-port log into fio sections, the kernel log and markers."""
     lines = text.replace("\r", "").split("\n")
-    out = {"begin": False, "end": False, "fatal": [], "fio": {}, "dmesg": []}
-    section = None  # ("fio", name, [lines]) or ("dmesg", [lines])
+    out = {"begin": False, "end": False, "fatal": [], "fio": {}, "sh": {}, "dmesg": []}
+    section = None  # ("fio" or "sh", name, [lines]) or ("dmesg", None, [lines])
     for line in lines:
         stripped = line.strip()
         m = FATAL.search(stripped)
@@ -71,6 +76,15 @@ def parse_log(text):
         m = FIO_END.match(stripped)
         if m and section and section[0] == "fio" and section[1] == m.group(1):
             out["fio"][m.group(1)] = {"rc": int(m.group(2)), "text": "\n".join(section[2])}
+            section = None
+            continue
+        m = SH_BEGIN.match(stripped)
+        if m:
+            section = ("sh", m.group(1), [])
+            continue
+        m = SH_END.match(stripped)
+        if m and section and section[0] == "sh" and section[1] == m.group(1):
+            out["sh"][m.group(1)] = {"rc": int(m.group(2)), "text": "\n".join(section[2])}
             section = None
             continue
         if stripped == DMESG_BEGIN:
@@ -149,7 +163,12 @@ def quantile(values, q):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("log", help="the data serial port's log")
-    ap.add_argument("--jobs", required=True, help="job files expected, comma separated")
+    ap.add_argument("--jobs", required=True, help="fio job files expected, comma separated")
+    ap.add_argument("--sh-jobs", default="",
+                    help="shell jobs expected, comma separated: each must exit 0")
+    ap.add_argument("--dmesg-allow", default="",
+                    help="a regular expression: kernel log lines it matches are known "
+                         "behaviour of the device under test, listed but not failures")
     ap.add_argument("--expect-min-write-lat-us", type=float, default=0.0)
     ap.add_argument("--expect-min-read-lat-us", type=float, default=0.0)
     ap.add_argument("--model-trace", help="the daemon's --trace file: modelled latencies")
@@ -171,6 +190,21 @@ def main():
         failures.append("guest never started the fio jobs (no begin marker)")
     if not parsed["end"]:
         failures.append("guest did not reach the end marker (timeout, crash or hang)")
+
+    sh_out = {}
+    for name in [j for j in args.sh_jobs.split(",") if j]:
+        section = parsed["sh"].get(name)
+        if section is None:
+            failures.append(f"{name}.sh: no output")
+            continue
+        sh_out[name] = section
+        print(f"--- {name}.sh (exit status {section['rc']})")
+        for line in section["text"].rstrip("\n").split("\n"):
+            print(f"{name}: {line}")
+        if section["rc"] != 0:
+            failures.append(f"{name}.sh: exited {section['rc']}")
+    if sh_out:
+        print()
 
     expect_errors = {j for j in args.expect_errors.split(",") if j}
     for name in [j for j in args.jobs.split(",") if j]:
@@ -224,8 +258,12 @@ def main():
 
     # With injected faults the kernel logs the I/O errors it passed on; anything else
     # (oops, warnings, hung tasks) still fails.
+    allow = re.compile(args.dmesg_allow) if args.dmesg_allow else None
+    allowed_dmesg = [line for line in parsed["dmesg"] if DMESG_BAD.search(line)
+                     and allow and allow.search(line)]
     bad_dmesg = [line for line in parsed["dmesg"] if DMESG_BAD.search(line)
-                 and not (expect_errors and DMESG_IO_ERROR.search(line))]
+                 and not (expect_errors and DMESG_IO_ERROR.search(line))
+                 and not (allow and allow.search(line))]
     for line in bad_dmesg[:10]:
         failures.append(f"guest kernel: {line.strip()}")
 
@@ -266,11 +304,13 @@ def main():
                     f"minimum {expected:.1f} us")
         checks.append(line)
 
-    # The human summary.
+    # The human summary (a run of shell jobs only has no table).
+    fio_jobs = [j for j in args.jobs.split(",") if j]
     hdr = (f"{'job':<24} {'dir':<5} {'ios':>7} {'IOPS':>9} {'MiB/s':>8} "
            f"{'clat min':>9} {'p50':>9} {'p99':>9} {'max':>10} {'err':>4}")
-    print(hdr)
-    print("-" * len(hdr))
+    if fio_jobs:
+        print(hdr)
+        print("-" * len(hdr))
     for r in rows:
         if r["timed"]:
             lat = (f"{r['clat_min_us']:>9.1f} {r['clat_p50_us']:>9.1f} "
@@ -279,15 +319,21 @@ def main():
             lat = f"{'-':>9} {'-':>9} {'-':>9} {'-':>10}"
         print(f"{r['job']:<24} {r['dir']:<5} {r['ios']:>7} {r['iops']:>9.1f} "
               f"{r['bw_kib'] / 1024:>8.2f} {lat} {r['error']:>4}")
-    print("(latencies: completion latency in microseconds, measured in the guest)")
+    if fio_jobs:
+        print("(latencies: completion latency in microseconds, measured in the guest)")
     for line in checks:
         print(line)
-    print(f"guest kernel log: {len(parsed['dmesg'])} lines, {len(bad_dmesg)} bad")
+    print(f"guest kernel log: {len(parsed['dmesg'])} lines, {len(bad_dmesg)} bad"
+          + (f", {len(allowed_dmesg)} known (--dmesg-allow)" if allow else ""))
+    for line in allowed_dmesg[:10]:
+        print(f"  known: {line.strip()}")
 
     if args.summary_json:
         with open(args.summary_json, "w", encoding="utf-8") as f:
             json.dump({"pass": not failures, "failures": failures, "jobs": rows,
-                       "checks": checks}, f, indent=2)
+                       "checks": checks,
+                       "sh": {n: {"rc": v["rc"], "output": v["text"]}
+                              for n, v in sh_out.items()}}, f, indent=2)
             f.write("\n")
 
     if failures:
@@ -295,7 +341,7 @@ def main():
         for msg in failures:
             print(f"  - {msg}")
         return 1
-    print("all fio checks passed")
+    print("all checks passed")
     return 0
 
 

@@ -2,10 +2,13 @@
 # Boot a Linux guest under QEMU (TCG) on a vhost-user-blk disk served by a
 # backend (vhost-user-emmc by default), run fio in the guest, and check the
 # results: data verification, I/O errors, and a latency floor from the model.
+# With --disk, the guest gets QEMU 11.1's own SDHCI controller and eMMC instead
+# (the baseline), or the daemon's virtio-mmc transport on a generic vhost-user device.
 #
 # Run as root on Debian bookworm; installs what it needs (QEMU 10 from
-# bookworm-backports, one pinned Debian kernel package, busybox-static, fio)
-# and caches downloads and the initramfs under $GUEST_CACHE.
+# bookworm-backports, one pinned Debian kernel package, busybox-static, fio,
+# mmc-utils; QEMU 11.1 in a trixie root through guest-tests/qemu11.sh when asked
+# for) and caches downloads and the initramfs under $GUEST_CACHE.
 # See guest-tests/README.md, or run with --help.
 set -euo pipefail
 
@@ -16,10 +19,22 @@ REPO=$(dirname "$HERE")
 # (bookworm's point-release kernel; also in bookworm-security.) Override with
 # GUEST_KERNEL_PKG=linux-image-6.1.0-NN-amd64 if it has left the mirror.
 KERNEL_PKG_PINNED=linux-image-6.1.0-50-amd64
-# Modules /init loads (with their dependencies, from modules.dep).
-GUEST_MODULES=(virtio virtio_ring virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtio_blk)
+# --kernel 6.12: trixie's point-release kernel (signed image, modules xz-compressed),
+# fetched with the apt of the trixie root guest-tests/qemu11.sh builds. When it has
+# left trixie's main archive, pass --kernel linux-image-6.12.NN+deb13-amd64 or
+# update this pin.
+KERNEL_PKG_PINNED_TRIXIE=linux-image-6.12.117+deb13-amd64
+# Modules /init loads (with their dependencies, from modules.dep): the virtio
+# stack, and the MMC stack for an SDHCI controller on PCI (--disk qemu-sdhci;
+# sdhci-pci pulls in cqhci). Without such a controller the MMC modules load and
+# find nothing.
+GUEST_MODULES=(virtio virtio_ring virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtio_blk
+    mmc_core mmc_block sdhci sdhci-pci)
 # Bump when the initramfs layout changes, to invalidate cached builds.
-INITRAMFS_FORMAT=1
+INITRAMFS_FORMAT=2
+# The virtio device ID QEMU's vhost-user-test-device-pci gives the virtio-mmc
+# device (--disk virtio-mmc); docs/virtio-mmc.md says why 21.
+VIRTIO_MMC_ID_DEFAULT=21
 
 usage() {
     cat <<'EOF'
@@ -31,19 +46,33 @@ any fio or verification error, guest I/O error, timeout, backend death, or a
 completion latency below the expected minimum.
 
 Options (environment variable in brackets):
+  --disk vhost-user-blk|qemu-sdhci|virtio-mmc
+                              what the guest gets [GUEST_DISK]:
+                              vhost-user-blk (default): /dev/vda from --backend;
+                              qemu-sdhci: QEMU's own sdhci-pci and emmc devices on a
+                              raw image, no daemon (the baseline the project's
+                              SDHCI transport is compared with; job set sdhci);
+                              virtio-mmc: vhost-user-emmc serve --transport mmc
+                              on QEMU's vhost-user-test-device-pci (job set
+                              virtio-mmc: the guest enumerates the device).
+                              Both need QEMU 11.1 and default to --qemu 11
+  --virtio-id N               virtio device ID for --disk virtio-mmc (default 21)
+                              [GUEST_VIRTIO_ID]
   --backend emmc|qsd          emmc: vhost-user-emmc serve (default); qsd:
                               qemu-storage-daemon on a raw file [GUEST_BACKEND]
   --model M                   device model for the emmc backend
                               (default generic-emmc45) [GUEST_MODEL]
-  --jobs quick|full|faults|fidelity
-                              fio job set: quick (CI, about 1 min of fio),
+  --jobs quick|full|faults|fidelity|sdhci|virtio-mmc
+                              job set: quick (CI, about 1 min of fio),
                               full (larger, adds queue depth 8), faults
                               (data CRC errors and a power cut injected through
                               the daemon's control socket while fio runs; fio
                               must report EIO and the durable data survive), or
                               fidelity (the jobs guest-tests/sim-vs-guest.sh
                               compares with the simulator, all in one boot;
-                              that script runs them one per boot) [GUEST_JOBS]
+                              that script runs them one per boot); sdhci and
+                              virtio-mmc go with the --disk of that name
+                              (default: quick, or the disk's own set) [GUEST_JOBS]
   --expect-min-write-lat-us N fail if any fio write completes faster than N us
                               (derive N from the model; 0 = no check)
                               [GUEST_EXPECT_MIN_WRITE_LAT_US]
@@ -53,7 +82,8 @@ Options (environment variable in brackets):
                               [GUEST_BACKEND_CMD]
   --image-cmd TEMPLATE        command that creates the disk image (same
                               placeholders, plus @SIZE@) [GUEST_IMAGE_CMD]
-  --image-size SIZE           raw image size for qsd (default 1G) [GUEST_IMAGE_SIZE]
+  --image-size SIZE           raw image size for qsd and qemu-sdhci (default 1G)
+                              [GUEST_IMAGE_SIZE]
   --image-dir DIR             put the disk image in DIR instead of the run
                               directory, e.g. /dev/shm: on a file system where
                               fdatasync is slow the daemon's syncs of durable
@@ -61,8 +91,18 @@ Options (environment variable in brackets):
   --bin PATH                  vhost-user-emmc binary (default: the repo's
                               target/release build) [VHOST_USER_EMMC]
   --no-build                  do not run cargo build --release first
-  --qemu PATH                 QEMU binary (default: qemu-system-x86_64 from PATH,
-                              installed from bookworm-backports) [GUEST_QEMU]
+  --kernel 6.1|6.12|PACKAGE   guest kernel: 6.1 (default), bookworm's
+                              linux-image-6.1.0-50-amd64; 6.12, trixie's
+                              linux-image-6.12.117+deb13-amd64 (fetched with the
+                              apt of guest-tests/qemu11.sh's trixie root, which
+                              it builds if missing); or an exact Debian
+                              linux-image-*-amd64 package name (+deb13: trixie)
+                              [GUEST_KERNEL; GUEST_KERNEL_PKG overrides 6.1's]
+  --qemu 10|11|PATH           10 (default): qemu-system-x86_64 from PATH, QEMU 10
+                              installed from bookworm-backports; 11: QEMU 11.1 from
+                              trixie-backports, run in a Debian trixie root that
+                              guest-tests/qemu11.sh builds once (about 5 min) under
+                              the cache; PATH: another QEMU binary [GUEST_QEMU]
   --fio-var NAME=VALUE        override a GT_* job variable (repeatable), e.g.
                               --fio-var GT_RUNTIME=10
   --timeout SEC               kill the guest after SEC seconds
@@ -91,9 +131,11 @@ die() {
 }
 
 # ---------------------------------------------------------------- options
+DISK=${GUEST_DISK:-vhost-user-blk}
+VIRTIO_ID=${GUEST_VIRTIO_ID:-$VIRTIO_MMC_ID_DEFAULT}
 BACKEND=${GUEST_BACKEND:-emmc}
 MODEL=${GUEST_MODEL:-generic-emmc45}
-JOBSET=${GUEST_JOBS:-quick}
+JOBSET=${GUEST_JOBS:-}
 EXPECT_WRITE_US=${GUEST_EXPECT_MIN_WRITE_LAT_US:-0}
 EXPECT_READ_US=${GUEST_EXPECT_MIN_READ_LAT_US:-0}
 BACKEND_CMD=${GUEST_BACKEND_CMD:-}
@@ -110,7 +152,7 @@ SUMMARY_JSON=
 SAVE_DIR=
 KEEP=0
 QUIET=0
-KERNEL_PKG=${GUEST_KERNEL_PKG:-$KERNEL_PKG_PINNED}
+KERNEL=${GUEST_KERNEL:-6.1}
 QEMU=${GUEST_QEMU:-}
 GUEST_MEM=${GUEST_MEM:-512M}
 GUEST_SMP=${GUEST_SMP:-1}
@@ -119,6 +161,8 @@ FIO_VARS=()
 need_arg() { [[ $# -ge 2 && -n $2 ]] || die "$1 needs a value"; }
 while [[ $# -gt 0 ]]; do
     case $1 in
+    --disk) need_arg "$@"; DISK=$2; shift 2 ;;
+    --virtio-id) need_arg "$@"; VIRTIO_ID=$2; shift 2 ;;
     --backend) need_arg "$@"; BACKEND=$2; shift 2 ;;
     --model) need_arg "$@"; MODEL=$2; shift 2 ;;
     --jobs) need_arg "$@"; JOBSET=$2; shift 2 ;;
@@ -131,6 +175,7 @@ while [[ $# -gt 0 ]]; do
     --bin) need_arg "$@"; BIN=$2; shift 2 ;;
     --no-build) BUILD=0; shift ;;
     --qemu) need_arg "$@"; QEMU=$2; shift 2 ;;
+    --kernel) need_arg "$@"; KERNEL=$2; shift 2 ;;
     --fio-var) need_arg "$@"; FIO_VARS+=("$2"); shift 2 ;;
     --timeout) need_arg "$@"; TIMEOUT=$2; shift 2 ;;
     --cache) need_arg "$@"; CACHE=$2; shift 2 ;;
@@ -147,6 +192,34 @@ done
 is_number() { [[ $1 =~ ^[0-9]+([.][0-9]+)?$ ]]; }
 is_number "$EXPECT_WRITE_US" || die "--expect-min-write-lat-us: not a number: $EXPECT_WRITE_US"
 is_number "$EXPECT_READ_US" || die "--expect-min-read-lat-us: not a number: $EXPECT_READ_US"
+[[ $VIRTIO_ID =~ ^[0-9]+$ ]] || die "--virtio-id: not a number: $VIRTIO_ID"
+# The kernel package and the Debian suite it comes from.
+case $KERNEL in
+6.1) KERNEL_PKG=${GUEST_KERNEL_PKG:-$KERNEL_PKG_PINNED} ;;
+6.12) KERNEL_PKG=$KERNEL_PKG_PINNED_TRIXIE ;;
+linux-image-*-amd64) KERNEL_PKG=$KERNEL ;;
+*) die "--kernel must be 6.1, 6.12 or a linux-image-*-amd64 package name, not '$KERNEL'" ;;
+esac
+[[ $KERNEL_PKG =~ ^linux-image-[0-9][A-Za-z0-9.+~-]*-amd64$ ]] || die "not a kernel package name: $KERNEL_PKG"
+KERNEL_SUITE=bookworm
+[[ $KERNEL_PKG != *+deb13-* ]] || KERNEL_SUITE=trixie
+
+# The disk decides the default job set and which QEMU: QEMU's own eMMC and the
+# generic vhost-user device are in QEMU 11.1, not 10.
+case $DISK in
+vhost-user-blk) : "${JOBSET:=quick}" ;;
+qemu-sdhci | virtio-mmc)
+    : "${JOBSET:=${DISK#qemu-}}"
+    : "${QEMU:=11}"
+    [[ $QEMU != 10 ]] || die "--disk $DISK needs QEMU 11.1 (--qemu 11)"
+    ;;
+*) die "--disk must be vhost-user-blk, qemu-sdhci or virtio-mmc, not '$DISK'" ;;
+esac
+QEMU11=0
+case $QEMU in
+10) QEMU= ;;
+11) QEMU11=1 ;;
+esac
 
 # The job sets: which job files run, and the sizes and runtimes they read as
 # ${GT_*}. The quick set keeps the whole run (boot included) around 1.5 minutes
@@ -177,7 +250,29 @@ fidelity)
         [GT_FID_SEQ_SIZE]=128m [GT_FID_RAND_IOS]=400 [GT_FID_RAND_BIG_IOS]=128 [GT_HUGEPAGES]=16)
     : "${TIMEOUT:=300}"
     ;;
-*) die "--jobs must be quick, full, faults or fidelity, not '$JOBSET'" ;;
+sdhci)
+    # QEMU's in-process sdhci-pci + emmc (--disk qemu-sdhci): what the guest sees
+    # (kernel log, block devices, bus settings), 4 KiB random reads at queue depth 16
+    # and 1 MiB sequential reads, EXT_CSD through mmc-utils, then one direct write,
+    # each wait bounded: QEMU's card is known to hang writes and CMD8 through the
+    # ioctl, and a hung write must not hang the run.
+    GT=([GT_JOBS]="sdhci-probe,sdhci-randread,sdhci-seqread,sdhci-extcsd,sdhci-write"
+        [GT_DEV]=/dev/mmcblk0 [GT_SDHCI_SPAN]=512m [GT_SDHCI_SEQ_SIZE]=64m
+        [GT_RUNTIME]=10 [GT_BOUND]=20)
+    : "${TIMEOUT:=240}"
+    [[ $DISK == qemu-sdhci ]] || die "--jobs sdhci needs --disk qemu-sdhci"
+    ;;
+virtio-mmc)
+    # No driver in the guest claims the device: the guest enumerates it.
+    GT=([GT_JOBS]="virtio-mmc-enum" [GT_DEV]=none [GT_VIRTIO_ID]=$VIRTIO_ID)
+    : "${TIMEOUT:=120}"
+    [[ $DISK == virtio-mmc ]] || die "--jobs virtio-mmc needs --disk virtio-mmc"
+    ;;
+*) die "--jobs must be quick, full, faults, fidelity, sdhci or virtio-mmc, not '$JOBSET'" ;;
+esac
+case $JOBSET in
+sdhci | virtio-mmc) ;;
+*) [[ $DISK == vhost-user-blk ]] || die "--disk $DISK runs --jobs ${DISK#qemu-} only" ;;
 esac
 for kv in "${FIO_VARS[@]}"; do
     [[ $kv =~ ^(GT_[A-Z0-9_]+)=([A-Za-z0-9_,.:/+-]+)$ ]] ||
@@ -186,11 +281,33 @@ for kv in "${FIO_VARS[@]}"; do
 done
 [[ $TIMEOUT =~ ^[0-9]+$ ]] || die "--timeout: not a whole number of seconds: $TIMEOUT"
 IFS=, read -r -a JOB_FILES <<<"${GT[GT_JOBS]}"
+# fio jobs (jobs/NAME.fio) and shell jobs (jobs/NAME.sh), for the checks.
+FIO_JOBS=()
+SH_JOBS=()
 for job in "${JOB_FILES[@]}"; do
-    [[ -f $HERE/jobs/$job.fio ]] || die "no job file $HERE/jobs/$job.fio"
+    if [[ -f $HERE/jobs/$job.fio ]]; then
+        FIO_JOBS+=("$job")
+    elif [[ -f $HERE/jobs/$job.sh ]]; then
+        SH_JOBS+=("$job")
+    else
+        die "no job file $HERE/jobs/$job.fio or $HERE/jobs/$job.sh"
+    fi
 done
 
+case $DISK in
+qemu-sdhci)
+    # No backend process: QEMU serves the raw image itself.
+    BACKEND=none
+    : "${IMAGE_CMD:=truncate -s @SIZE@ @IMAGE@}"
+    ;;
+virtio-mmc)
+    [[ $BACKEND == emmc ]] || die "--disk virtio-mmc needs the emmc backend"
+    # RUST_LOG=info: the daemon logs each frontend session (attached, detached).
+    : "${BACKEND_CMD:=env RUST_LOG=info @BIN@ serve --transport mmc --socket @SOCK@ --model @MODEL@ --image @IMAGE@ --timing realtime --control @CONTROL@}"
+    ;;
+esac
 case $BACKEND in
+none) ;;
 emmc)
     : "${BACKEND_CMD:=@BIN@ serve --socket @SOCK@ --model @MODEL@ --image @IMAGE@ --timing realtime --trace @TRACE@ --control @CONTROL@}"
     : "${IMAGE_CMD:=@BIN@ image create --model @MODEL@ @IMAGE@}"
@@ -231,10 +348,13 @@ qemu_ok() {
 
 install_packages() {
     local plain=() bpo=() p
-    for p in busybox-static fio cpio kmod; do
+    # mmc-utils: the guest's `mmc` (EXT_CSD, RPMB); a small binary.
+    for p in busybox-static fio cpio kmod mmc-utils; do
         [[ -n $(pkg_version "$p") ]] || plain+=("$p")
     done
     command -v python3 >/dev/null || plain+=(python3)
+    # xz: trixie's kernel modules are .ko.xz.
+    [[ $KERNEL_SUITE != trixie ]] || command -v xz >/dev/null || plain+=(xz-utils)
     [[ -n $QEMU ]] || qemu_ok qemu-system-x86 || bpo+=(qemu-system-x86)
     if [[ $BACKEND == qsd ]] && ! qemu_ok qemu-utils; then bpo+=(qemu-utils); fi
     [[ ${#plain[@]} -gt 0 || ${#bpo[@]} -gt 0 ]] || return 0
@@ -279,8 +399,12 @@ fetch_kernel() {
     if [[ -f $kdir/.ready && -f $VMLINUZ ]]; then
         return 0
     fi
-    log "fetching $KERNEL_PKG"
+    log "fetching $KERNEL_PKG ($KERNEL_SUITE)"
     [[ $INSTALL == 1 ]] || die "kernel $KERNEL_PKG not in $kdir and --no-install given"
+    if [[ $KERNEL_SUITE == trixie ]]; then
+        fetch_trixie_kernel "$kdir"
+        return 0
+    fi
     if ! apt-cache show "$KERNEL_PKG" >/dev/null 2>&1; then
         apt_update_once
     fi
@@ -296,12 +420,38 @@ fetch_kernel() {
         die "apt-get download $KERNEL_PKG failed (is it still on the mirror? set GUEST_KERNEL_PKG to override)"
     deb=$(find "$kdir/dl" -name "${KERNEL_PKG}_*.deb" | head -n 1)
     [[ -n $deb ]] || die "apt-get download left no .deb for $KERNEL_PKG"
+    unpack_kernel "$kdir" "$deb"
+}
+
+# Unpacks the kernel package DEB into KDIR/root and writes its modules.dep (the
+# package leaves that to its postinst).
+unpack_kernel() {
+    local kdir=$1 deb=$2
     dpkg -x "$deb" "$KROOT"
     rm -f "$deb"
+    # trixie's packages are /usr-merged (usr/lib/modules); lib -> usr/lib as on a
+    # merged system, for depmod -b and the paths below.
+    if [[ -d $KROOT/usr/lib/modules && ! -e $KROOT/lib ]]; then
+        ln -s usr/lib "$KROOT/lib"
+    fi
     [[ -f $VMLINUZ ]] || die "$KERNEL_PKG has no boot/vmlinuz-$KVER"
     [[ -d $KROOT/lib/modules/$KVER ]] || die "$KERNEL_PKG has no lib/modules/$KVER"
     depmod -b "$KROOT" "$KVER" || die "depmod on $KERNEL_PKG failed"
     touch "$kdir/.ready"
+}
+
+# A trixie kernel: bookworm's apt has neither trixie's package lists nor, on every
+# point release, its archive keys, so the trixie root's apt downloads it.
+fetch_trixie_kernel() {
+    local kdir=$1 deb
+    GUEST_CACHE=$CACHE "$HERE/qemu11.sh" install || die "building the trixie root (for $KERNEL_PKG) failed"
+    rm -rf "$kdir"
+    mkdir -p "$kdir/dl"
+    GUEST_CACHE=$CACHE "$HERE/qemu11.sh" download "$kdir/dl" "$KERNEL_PKG" ||
+        die "apt-get download $KERNEL_PKG in the trixie root failed (has it left trixie's archive? pass --kernel linux-image-6.12.NN+deb13-amd64 or update KERNEL_PKG_PINNED_TRIXIE)"
+    deb=$(find "$kdir/dl" -name "${KERNEL_PKG}_*.deb" | head -n 1)
+    [[ -n $deb ]] || die "apt-get download left no .deb for $KERNEL_PKG"
+    unpack_kernel "$kdir" "$deb"
 }
 
 # Prints the module files (relative to lib/modules/KVER) to load, dependencies first.
@@ -321,8 +471,12 @@ module_load_order() {
     }
     local name path
     for name in "${GUEST_MODULES[@]}"; do
-        path=$(awk -F: -v n="/$name.ko" 'index($1, n) && substr($1, length($1) - length(n) + 1) == n { print $1; exit }' \
-            "$moddir/modules.dep")
+        # Debian's 6.1 modules are plain .ko; trixie's are .ko.xz.
+        path=$(awk -F: -v name="$name" '{
+                n = split($1, parts, "/"); base = parts[n]
+                sub(/\.(xz|zst|gz)$/, "", base)
+                if (base == name ".ko") { print $1; exit }
+            }' "$moddir/modules.dep")
         if [[ -z $path ]]; then
             if grep -q "/$name.ko$" "$moddir/modules.builtin"; then
                 continue # built into this kernel
@@ -337,8 +491,9 @@ module_load_order() {
 # ---------------------------------------------------------------- initramfs
 # Sets INITRD. Cached by the hash of everything that goes in.
 build_initramfs() {
-    local fio busybox key modules root lib f
+    local fio mmc busybox key modules root lib f
     fio=$(command -v fio) || die "fio not found"
+    mmc=$(command -v mmc) || die "mmc (mmc-utils) not found"
     busybox=/bin/busybox
     [[ -x $busybox ]] || die "$busybox (busybox-static) not found"
     if ldd "$busybox" >/dev/null 2>&1; then
@@ -347,40 +502,52 @@ build_initramfs() {
     modules=$(module_load_order)
     key=$({
         echo "format $INITRAMFS_FORMAT kernel $KERNEL_PKG"
-        dpkg-query -W fio busybox-static 2>/dev/null
+        dpkg-query -W fio busybox-static mmc-utils 2>/dev/null
         echo "$modules"
-        cat "$HERE/guest-init.sh" "$HERE"/jobs/*.fio
-        sha256sum "$fio" "$busybox"
+        cat "$HERE/guest-init.sh" "$HERE/guest-bounded.sh" "$HERE"/jobs/*.fio "$HERE"/jobs/*.sh
+        sha256sum "$fio" "$mmc" "$busybox"
     } | sha256sum | cut -c1-16)
-    INITRD=$CACHE/initramfs/initramfs-$key.cpio
+    INITRD=$CACHE/initramfs/initramfs-$KVER-$key.cpio
     if [[ -f $INITRD ]]; then
         return 0
     fi
     log "building the initramfs"
     mkdir -p "$CACHE/initramfs"
-    find "$CACHE/initramfs" -maxdepth 1 -name 'initramfs-*' -delete
+    # One cached initramfs per kernel; older builds for this kernel (and those of
+    # the format before the kernel was in the name) go.
+    find "$CACHE/initramfs" -maxdepth 1 \( -name "initramfs-$KVER-*" -o -regex '.*/initramfs-[0-9a-f]*\.cpio' \) -delete
     root=$(mktemp -d "$CACHE/initramfs/root.XXXXXX")
     mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,usr/lib/fio,lib64,lib/modules,proc,sys,dev,tmp,jobs,etc}
     cp "$busybox" "$root/bin/busybox"
     install -m 0755 "$HERE/guest-init.sh" "$root/init"
+    install -m 0755 "$HERE/guest-bounded.sh" "$root/usr/bin/bounded"
     # Modules, flat, and the order to insmod them in.
     : >"$root/modules.load"
     while read -r f; do
         [[ -n $f ]] || continue
-        cp "$KROOT/lib/modules/$KVER/$f" "$root/lib/modules/"
-        basename "$f" >>"$root/modules.load"
+        # Uncompressed: busybox's insmod hands the file to init_module as it is.
+        case $f in
+        *.ko.xz) xz -dc "$KROOT/lib/modules/$KVER/$f" >"$root/lib/modules/$(basename "$f" .xz)" ;;
+        *.ko.zst) zstd -q -dc "$KROOT/lib/modules/$KVER/$f" >"$root/lib/modules/$(basename "$f" .zst)" ;;
+        *.ko.gz) gzip -dc "$KROOT/lib/modules/$KVER/$f" >"$root/lib/modules/$(basename "$f" .gz)" ;;
+        *) cp "$KROOT/lib/modules/$KVER/$f" "$root/lib/modules/" ;;
+        esac || die "cannot unpack module $f"
+        basename "${f%.ko*}.ko" >>"$root/modules.load"
     done <<<"$modules"
-    # fio and every shared library it loads; /init runs it with
-    # LD_LIBRARY_PATH=/usr/lib/fio.
-    cp "$fio" "$root/usr/bin/fio.bin"
-    while read -r lib; do
-        [[ -n $lib ]] || continue
-        cp -L "$lib" "$root/usr/lib/fio/"
-    done < <(ldd "$fio" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }')
+    # fio and mmc, and every shared library they load (in /usr/lib/fio: a wrapper
+    # runs each with LD_LIBRARY_PATH=/usr/lib/fio).
+    for f in "$fio" "$mmc"; do
+        cp "$f" "$root/usr/bin/$(basename "$f").bin"
+        while read -r lib; do
+            [[ -n $lib ]] || continue
+            cp -L "$lib" "$root/usr/lib/fio/"
+        done < <(ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }')
+        printf '#!/bin/sh\nLD_LIBRARY_PATH=/usr/lib/fio exec /usr/bin/%s.bin "$@"\n' "$(basename "$f")" \
+            >"$root/usr/bin/$(basename "$f")"
+        chmod 0755 "$root/usr/bin/$(basename "$f")"
+    done
     cp -L /lib64/ld-linux-x86-64.so.2 "$root/lib64/"
-    printf '#!/bin/sh\nLD_LIBRARY_PATH=/usr/lib/fio exec /usr/bin/fio.bin "$@"\n' >"$root/usr/bin/fio"
-    chmod 0755 "$root/usr/bin/fio"
-    cp "$HERE"/jobs/*.fio "$root/jobs/"
+    cp "$HERE"/jobs/*.fio "$HERE"/jobs/*.sh "$root/jobs/"
     (cd "$root" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet) >"$INITRD.tmp"
     mv "$INITRD.tmp" "$INITRD"
     rm -rf "$root"
@@ -520,10 +687,26 @@ PY
 mkdir -p "$CACHE" || die "cannot create the cache directory $CACHE"
 CACHE=$(cd "$CACHE" && pwd)
 install_packages
-: "${QEMU:=qemu-system-x86_64}"
-command -v "$QEMU" >/dev/null || die "$QEMU not found"
+# QEMU_CMD: the command that runs QEMU, its arguments follow.
+if [[ $QEMU11 == 1 ]]; then
+    # QEMU 11.1 from the trixie root, chrooted with the cache (kernel, initramfs,
+    # run directories: sockets, images, logs) and the image directory bound at
+    # their own paths.
+    if [[ $INSTALL == 1 ]]; then
+        GUEST_CACHE=$CACHE "$HERE/qemu11.sh" install || die "building the QEMU 11.1 root failed"
+    fi
+    GUEST_CACHE=$CACHE "$HERE/qemu11.sh" check ||
+        die "no QEMU 11.1 root under $CACHE/qemu11 (run guest-tests/qemu11.sh install, or drop --no-install)"
+    QEMU_CMD=(env GUEST_CACHE="$CACHE" "$HERE/qemu11.sh" run --bind "$CACHE")
+    [[ -z $IMAGE_DIR ]] || QEMU_CMD+=(--bind "$IMAGE_DIR")
+    QEMU_CMD+=(--)
+else
+    : "${QEMU:=qemu-system-x86_64}"
+    command -v "$QEMU" >/dev/null || die "$QEMU not found"
+    QEMU_CMD=("$QEMU")
+fi
 command -v python3 >/dev/null || die "python3 not found"
-log "QEMU: $("$QEMU" --version | head -n 1)"
+log "QEMU: $("${QEMU_CMD[@]}" --version | head -n 1)"
 
 if [[ $BACKEND == emmc && ( $BACKEND_CMD == *@BIN@* || $IMAGE_CMD == *@BIN@* ) ]]; then
     if [[ $BUILD == 1 ]]; then
@@ -567,31 +750,53 @@ bash -c "$cmd" >"$WORK/image.log" 2>&1 || {
     die "creating the image failed"
 }
 
-cmd=$(expand_template "$BACKEND_CMD")
-log "backend: $cmd"
-bash -c "exec $cmd" >"$BACKEND_LOG" 2>&1 </dev/null &
-BACKEND_PID=$!
-for ((i = 0; i < 300; i++)); do
-    [[ -S $SOCK ]] && break
-    alive "$BACKEND_PID" || break
-    sleep 0.1
-done
-if ! [[ -S $SOCK ]] || ! alive "$BACKEND_PID"; then
-    cat "$BACKEND_LOG" >&2
-    warn "FAIL: the backend did not come up (no socket at $SOCK after 30 s, or it exited)"
-    exit 1
+: >"$BACKEND_LOG"
+if [[ $BACKEND != none ]]; then
+    cmd=$(expand_template "$BACKEND_CMD")
+    log "backend: $cmd"
+    bash -c "exec $cmd" >"$BACKEND_LOG" 2>&1 </dev/null &
+    BACKEND_PID=$!
+    for ((i = 0; i < 300; i++)); do
+        [[ -S $SOCK ]] && break
+        alive "$BACKEND_PID" || break
+        sleep 0.1
+    done
+    if ! [[ -S $SOCK ]] || ! alive "$BACKEND_PID"; then
+        cat "$BACKEND_LOG" >&2
+        warn "FAIL: the backend did not come up (no socket at $SOCK after 30 s, or it exited)"
+        exit 1
+    fi
 fi
 
 append="console=ttyS0 quiet panic=-1"
 for k in "${!GT[@]}"; do append+=" $k=${GT[$k]}"; done
 log "guest: ${GT[GT_JOBS]} (set $JOBSET), timeout ${TIMEOUT} s"
-qemu=("$QEMU"
+qemu=("${QEMU_CMD[@]}"
     -accel tcg -machine "pc,memory-backend=mem" -cpu max -smp "$GUEST_SMP" -m "$GUEST_MEM"
     -object "memory-backend-memfd,id=mem,size=$GUEST_MEM,share=on"
     -nodefaults -no-user-config -display none -no-reboot
     -kernel "$VMLINUZ" -initrd "$INITRD" -append "$append"
-    -serial "file:$CONSOLE" -serial "file:$DATA"
-    -chardev "socket,id=c0,path=$SOCK" -device "vhost-user-blk-pci,chardev=c0,num-queues=1")
+    -serial "file:$CONSOLE" -serial "file:$DATA")
+case $DISK in
+vhost-user-blk)
+    qemu+=(-chardev "socket,id=c0,path=$SOCK" -device "vhost-user-blk-pci,chardev=c0,num-queues=1")
+    ;;
+qemu-sdhci)
+    # SDHCI 3.00 (the default, 2, is what QEMU calls SD spec 2.00) and the card on
+    # its SD bus; the image is the user area (no boot or RPMB partitions).
+    qemu+=(-drive "if=none,id=card,file=$IMAGE,format=raw"
+        -device "sdhci-pci,sd-spec-version=3" -device "emmc,drive=card,bus=sd-bus")
+    ;;
+virtio-mmc)
+    # The three queues and the 48-byte struct virtio_mmc_config of
+    # docs/virtio-mmc.md; the device ID lives only here. QEMU traces each
+    # vhost-user message it sends and receives, to show the session.
+    qemu+=(-chardev "socket,id=mmc0,path=$SOCK"
+        -device "vhost-user-test-device-pci,chardev=mmc0,virtio-id=$VIRTIO_ID,num_vqs=3,config_size=48"
+        -trace vhost_user_write -trace vhost_user_read)
+    ;;
+esac
+log "QEMU: ${qemu[*]}"
 : >"$CONSOLE"
 # The timeout command is a second guard: it stops QEMU even if this script is
 # killed without running its trap.
@@ -613,7 +818,7 @@ fi
 boot_start=$SECONDS
 backend_gone_at=
 while alive "$QEMU_PID"; do
-    if [[ -z $backend_gone_at ]] && ! alive "$BACKEND_PID"; then
+    if [[ $BACKEND != none && -z $backend_gone_at ]] && ! alive "$BACKEND_PID"; then
         backend_gone_at=$SECONDS
     fi
     # A backend may exit when QEMU disconnects at the end; give QEMU a moment to
@@ -661,7 +866,9 @@ fi
 # got to the end and the backend's status was 0.
 reached_end=0
 grep -q '^@@GT-END@@' "$DATA" 2>/dev/null && reached_end=1
-if alive "$BACKEND_PID"; then
+if [[ $BACKEND == none ]]; then
+    :
+elif alive "$BACKEND_PID"; then
     stop_pid "$BACKEND_PID"
 else
     backend_rc=0
@@ -682,11 +889,30 @@ if [[ ${#failures[@]} -gt 0 || -n $(grep -v '^\s*$' "$BACKEND_LOG" || true) ]]; 
     tail -n 20 "$BACKEND_LOG"
 fi
 
+if [[ $DISK == virtio-mmc ]]; then
+    # The session: QEMU's trace of the vhost-user messages, and the daemon's log.
+    echo
+    log "vhost-user session (QEMU's trace, the daemon's log)"
+    session_rc=0
+    python3 "$HERE/vhost-user-trace.py" "$WORK/qemu.log" || session_rc=$?
+    [[ $session_rc == 0 ]] || failures+=("QEMU and the daemon did not negotiate (QEMU's trace above)")
+    grep -E 'frontend (attached|detached)|virtio-mmc' "$BACKEND_LOG" | sed 's/^/daemon: /'
+    grep -q 'frontend attached' "$BACKEND_LOG" ||
+        failures+=("the daemon's log shows no frontend session")
+fi
+
 echo
-log "fio results ($BACKEND backend, model $MODEL, set $JOBSET)"
+log "results ($DISK, $([[ $BACKEND == none ]] || echo "$BACKEND backend, model $MODEL, ")set $JOBSET)"
 expect_errors=
 [[ $JOBSET != faults ]] || expect_errors=faults-io
-parse=(python3 "$HERE/parse-fio.py" "$DATA" --jobs "${GT[GT_JOBS]}"
+# QEMU's eMMC is known to fail writes and CMD8 through the ioctl: its mmc0 and
+# mmcblk0 errors are what the sdhci jobs report, not failures of the run.
+dmesg_allow=
+[[ $DISK != qemu-sdhci ]] || dmesg_allow='mmc0|mmcblk0'
+fio_jobs=$(IFS=,; echo "${FIO_JOBS[*]}")
+sh_jobs=$(IFS=,; echo "${SH_JOBS[*]}")
+parse=(python3 "$HERE/parse-fio.py" "$DATA" --jobs "$fio_jobs" --sh-jobs "$sh_jobs"
+    --dmesg-allow "$dmesg_allow"
     --expect-errors "$expect_errors"
     --expect-min-write-lat-us "$EXPECT_WRITE_US" --expect-min-read-lat-us "$EXPECT_READ_US"
     --summary-json "${SUMMARY_JSON:-$WORK/summary.json}")

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Tests of parse-fio.py's checks on synthetic guest output (no guest needed).
+"""Tests of parse-fio.py's checks (and vhost-user-trace.py's) on synthetic guest
+output (no guest needed).
 
 Run: python3 guest-tests/test_parse_fio.py
 """
@@ -126,6 +127,63 @@ class ParseFio(unittest.TestCase):
         rc, out = self.run_parse(text)
         self.assertEqual(rc, 1, out)
         self.assertIn("end marker", out)
+
+    def sh_log(self, rc, dmesg=()):
+        """A run with one shell job (before the fio job, as guest-init.sh writes it)."""
+        text = data_log(fio_doc(250_000), dmesg=dmesg)
+        return text.replace("@@GT-BEGIN@@\n", "@@GT-BEGIN@@\n@@GT-SH-BEGIN probe@@\n"
+                            f"card: QEMU!!\nWRITE-RESULT: hung\n@@GT-SH-END probe rc={rc}@@\n")
+
+    def test_shell_jobs_are_printed_and_must_exit_zero(self):
+        rc, out = self.run_parse(self.sh_log(0), extra=["--sh-jobs", "probe"])
+        self.assertEqual(rc, 0, out)
+        self.assertIn("probe: WRITE-RESULT: hung", out)
+        rc, out = self.run_parse(self.sh_log(1), extra=["--sh-jobs", "probe"])
+        self.assertEqual(rc, 1, out)
+        self.assertIn("probe.sh: exited 1", out)
+        rc, out = self.run_parse(self.sh_log(0), extra=["--sh-jobs", "probe,other"])
+        self.assertEqual(rc, 1, out)
+        self.assertIn("other.sh: no output", out)
+
+    def test_kernel_lines_of_the_device_under_test_can_be_allowed(self):
+        dmesg = ("blk_update_request: I/O error, dev mmcblk0, sector 131072 op 0x1:(WRITE)",)
+        rc, out = self.run_parse(self.sh_log(0, dmesg), extra=["--sh-jobs", "probe"])
+        self.assertEqual(rc, 1, out)
+        rc, out = self.run_parse(self.sh_log(0, dmesg),
+                                 extra=["--sh-jobs", "probe", "--dmesg-allow", "mmc0|mmcblk0"])
+        self.assertEqual(rc, 0, out)
+        self.assertIn("1 known (--dmesg-allow)", out)
+        # Anything else still fails.
+        rc, out = self.run_parse(self.sh_log(0, dmesg + ("BUG: unable to handle page fault",)),
+                                 extra=["--sh-jobs", "probe", "--dmesg-allow", "mmc0|mmcblk0"])
+        self.assertEqual(rc, 1, out)
+
+
+class VhostUserTrace(unittest.TestCase):
+    def run_trace(self, text):
+        with tempfile.TemporaryDirectory() as d:
+            log = os.path.join(d, "qemu.log")
+            with open(log, "w") as f:
+                f.write(text)
+            p = subprocess.run([sys.executable, os.path.join(HERE, "vhost-user-trace.py"), log],
+                               capture_output=True, text=True)
+            return p.returncode, p.stdout
+
+    def test_a_handshake_passes_and_is_named(self):
+        rc, out = self.run_trace(
+            "vhost_user_write req:1 (GET_FEATURES) flags:0x1\n"
+            "vhost_user_read req:1 (GET_FEATURES) flags:0x5\n"
+            "123@1.5:vhost_user_write req:15 flags:0x1\n"
+            "123@1.6:vhost_user_read req:15 flags:0x5\n"
+            + "vhost_user_write req:24 (GET_CONFIG) flags:0x9\n" * 2)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("GET_FEATURES, GET_PROTOCOL_FEATURES, GET_CONFIG x2", out)
+
+    def test_no_reply_fails(self):
+        rc, out = self.run_trace("vhost_user_write req:1 (GET_FEATURES) flags:0x1\n")
+        self.assertEqual(rc, 1, out)
+        rc, out = self.run_trace("qemu-system-x86_64: Failed to connect to the socket\n")
+        self.assertEqual(rc, 1, out)
 
 
 if __name__ == "__main__":

@@ -15,13 +15,14 @@ use emmc_host::sdhci::{BusTiming, MmcIos, PowerMode, ResponseType, SdhciError};
 #[cfg(target_endian = "big")]
 compile_error!("virtio-mmc structures assume a little-endian host");
 
-/// Default virtio device ID. No ID is assigned to an MMC host; the 2024 virtio-mmc RFC
-/// used 42, which the virtio specification assigns to RDMA. 57 is not assigned by the
-/// specification, fits the 0–63 range a modern virtio-pci device can carry (PCI device ID
-/// 0x1040 + ID), and stays below the IDs crosvm counts down from 63 for its own devices.
-/// It only matters to the VMM (QEMU's `vhost-user-test-device-pci,virtio-id=`); the
-/// vhost-user protocol never carries it.
-pub const VIRTIO_ID_MMC_DEFAULT: u32 = 57;
+/// Default virtio device ID: 21, `VIRTIO_ID_SIGNAL_DIST`. No ID is assigned to an MMC
+/// host. QEMU's generic `vhost-user-test-device-pci` takes only IDs its own name table
+/// knows (QEMU 11.1: 1–13, 16–41 and 45; any other aborts it at start-up), and 21 is one
+/// of them that the virtio specification reserves for a device it never defined and that
+/// no Linux driver claims (docs/virtio-mmc.md, "Device ID"). The ID only matters to the
+/// VMM (`vhost-user-test-device-pci,virtio-id=`); the vhost-user protocol never carries
+/// it, so the daemon serves any ID the VMM gives.
+pub const VIRTIO_ID_MMC_DEFAULT: u32 = 21;
 
 /// Virtqueue indices.
 pub const REQUEST_QUEUE: usize = 0;
