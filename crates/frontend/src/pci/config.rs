@@ -25,8 +25,13 @@ pub const SUBSYSTEM_ID: usize = 0x2e;
 pub const CAPABILITIES: usize = 0x34;
 pub const INTERRUPT_LINE: usize = 0x3c;
 pub const INTERRUPT_PIN: usize = 0x3d;
-/// The power-management capability.
-pub const PM_CAP: usize = 0x40;
+/// The SD host controller's Slot Information register (SD Host Controller Simplified
+/// Specification, PCI configuration): bits 6:4 the number of slots minus one, bits 2:0
+/// the first BAR. 0: one slot, in BAR0. Linux's `sdhci-pci` reads it (`PCI_SLOT_INFO`)
+/// before anything else, so no capability may sit here.
+pub const SLOT_INFO: usize = 0x40;
+/// The power-management capability, after the slot information.
+pub const PM_CAP: usize = 0x80;
 /// Its control/status register (PMCSR).
 pub const PMCSR: usize = PM_CAP + 4;
 
@@ -91,6 +96,7 @@ impl ConfigSpace {
         c.put16(SUBSYSTEM_ID, ids.subsystem);
         c.bytes[CAPABILITIES] = PM_CAP as u8;
         c.bytes[INTERRUPT_PIN] = 1; // INTA#
+        c.bytes[SLOT_INFO] = 0; // one slot, first BAR 0
         c.bytes[PM_CAP] = CAP_ID_PM;
         c.bytes[PM_CAP + 1] = 0; // the last capability
         c.put16(PM_CAP + 2, PMC);
@@ -217,7 +223,8 @@ mod tests {
         assert_eq!(r32(&c, SUBSYSTEM_VENDOR_ID), 0x1100_1af4);
         assert_eq!(c.bytes[INTERRUPT_PIN], 1);
         assert_eq!(c.word(STATUS), STATUS_CAP_LIST);
-        assert_eq!(c.bytes[CAPABILITIES], 0x40);
+        assert_eq!(c.bytes[CAPABILITIES], 0x80);
+        assert_eq!(c.bytes[SLOT_INFO], 0, "one slot, in BAR0");
         assert_eq!(r32(&c, PM_CAP), 0x0003_0001, "PM cap, last, version 3");
     }
 
@@ -261,9 +268,10 @@ mod tests {
             }
         }
         assert_eq!(c.command(), 0x0406, "memory, master, INTx disable");
+        assert_eq!(c.bytes[0x40..0x80], [0; 64], "slot information 0, then nothing");
         assert_eq!(
-            c.bytes[0x80..],
-            [0; 128],
+            c.bytes[0x88..],
+            [0; 120],
             "nothing defined past the capability"
         );
     }

@@ -174,6 +174,21 @@ impl SdhciHost {
         );
     }
 
+    /// Apply bus settings without touching the card's power, whatever `ios.power_mode`
+    /// says: for a controller that decides itself when the card's supply has really gone
+    /// (the register-level model's power-off time). Commands see the new power mode.
+    pub(crate) fn set_ios_keeping_card(&mut self, ios: MmcIos) {
+        let mut ios = ios;
+        if !matches!(ios.bus_width, 1 | 4 | 8) {
+            ios.bus_width = 1;
+        }
+        if ios.timing != self.ios.timing {
+            self.tuned = false;
+        }
+        self.ios = ios;
+        self.actual_clock = self.sdclk(ios.clock);
+    }
+
     /// The clock the card's HS_TIMING allows.
     fn card_max_clock(card: &Card) -> u64 {
         let (hs_timing, bus_width) = card.bus_config();

@@ -16,6 +16,7 @@ use emmc_host::sdhci::{
     error_int, normal_int, BusTiming, MmcCommand, MmcData, MmcIos, MmcRequest, PowerMode,
     ResponseType, SdhciConfig, SdhciError, SdhciMmio,
 };
+use emmc_host::sdhci::mmio::MIN_POWER_OFF_NS;
 
 fn model(name: &str) -> DeviceModel {
     DeviceModel::load(name).unwrap()
@@ -838,11 +839,23 @@ fn software_resets_clear_the_command_and_data_lines() {
     d.idle_to(t);
     assert_eq!(d.readl(SDHCI_INT_STATUS), 0);
     assert_eq!(status(&mut d) & 0x1E00, 4 << 9, "tran");
-    // Reset all: registers back to 0, the bus powered off, the card with it.
+    // Reset all: registers back to 0; the card keeps its supply and its state (Linux's
+    // runtime resume resets all and goes on with the card selected).
+    let power = d.readb(SDHCI_POWER_CONTROL);
     d.reset(SDHCI_RESET_ALL);
     assert_eq!(d.readb(SDHCI_POWER_CONTROL), 0);
     assert_eq!(d.readw(SDHCI_CLOCK_CONTROL), 0);
     assert_eq!(d.readl(SDHCI_INT_ENABLE), 0);
+    assert_eq!(d.mmio.card().state(), CardState::Tran, "still powered");
+    // The driver programs power and clock again: the card answers where it was.
+    d.writeb(power, SDHCI_POWER_CONTROL);
+    d.set_ier(u32::MAX);
+    d.set_clock(400_000);
+    assert_eq!(status(&mut d) & 0x1E00, 4 << 9, "tran, not re-initialised");
+    // Writing SD Bus Power off is what cuts the card (once the power-off time passed).
+    d.writeb(0, SDHCI_POWER_CONTROL);
+    let t = d.mmio.now() + MIN_POWER_OFF_NS;
+    d.idle_to(t);
     assert_eq!(d.mmio.card().state(), CardState::Ina);
 }
 
@@ -1401,12 +1414,52 @@ fn no_clock_or_no_power_means_command_timeouts() {
     assert_eq!((d.now, d.mmio.card().stats().commands), (t, before));
     d.writew(clk, SDHCI_CLOCK_CONTROL);
     assert!(d.send(13, RCA).is_ok());
-    // Power off cuts the card; power on brings it back to idle.
+    // Power off: commands time out at once; the card loses power once the supply has
+    // been off for the power-off time; power on brings it back to idle.
+    let on = d.readb(SDHCI_POWER_CONTROL);
     d.writeb(0, SDHCI_POWER_CONTROL);
-    assert_eq!(d.mmio.card().state(), CardState::Ina);
+    let off_at = d.mmio.now();
+    assert_eq!(
+        d.mmio.next_event(),
+        Some(off_at + MIN_POWER_OFF_NS),
+        "the supply's end is an event of its own"
+    );
     assert_eq!(d.send(13, RCA).err(), Some(SdhciError::CmdTimeout));
-    d.writeb(SDHCI_POWER_330 | SDHCI_POWER_ON, SDHCI_POWER_CONTROL);
+    d.idle_to(off_at + MIN_POWER_OFF_NS);
+    assert_eq!(d.mmio.card().state(), CardState::Ina);
+    d.writeb(on, SDHCI_POWER_CONTROL);
     assert_eq!(d.mmio.card().state(), CardState::Idle);
+}
+
+/// Linux clears Power Control before every new power setting, and a runtime resume
+/// resets all and sets the power again: a supply off for less than the power-off time
+/// leaves the card where it was.
+#[test]
+fn a_power_glitch_shorter_than_the_power_off_time_keeps_the_card_selected() {
+    let m = model("generic-emmc45");
+    let (mut d, _) = brought_up(&m, Xfer::Adma64);
+    let data = pattern(4, 8 * 512);
+    assert!(write(&mut d, 900, &data).is_ok());
+    let on = d.readb(SDHCI_POWER_CONTROL);
+    d.writeb(0, SDHCI_POWER_CONTROL);
+    let t = d.mmio.now() + MIN_POWER_OFF_NS / 2;
+    d.idle_to(t);
+    d.writeb(on, SDHCI_POWER_CONTROL);
+    d.idle_to(t + 10 * MIN_POWER_OFF_NS);
+    assert_eq!(d.mmio.card().state(), CardState::Tran, "never lost power");
+    assert!(
+        !d.mmio.card().volatile_sectors().is_empty(),
+        "the cache is still there"
+    );
+    let mut back = vec![0u8; data.len()];
+    assert!(read(&mut d, 900, &mut back).is_ok());
+    assert_eq!(back, data);
+    // Off for the whole power-off time: the cache is gone with the power.
+    d.writeb(0, SDHCI_POWER_CONTROL);
+    let t = d.mmio.now() + MIN_POWER_OFF_NS;
+    d.idle_to(t);
+    assert_eq!(d.mmio.card().state(), CardState::Ina);
+    assert!(d.mmio.card().volatile_sectors().is_empty());
 }
 
 #[test]

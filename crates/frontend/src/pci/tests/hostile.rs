@@ -75,9 +75,9 @@ fn region_accesses_out_of_range_of_odd_sizes_or_to_absent_regions_are_refused() 
     assert_eq!((r.is_error(), r.error), (true, 0));
     assert!(w.read(u32::MAX, 0, 4).is_none());
     // In D3hot the BAR is not decoded; back in D0 it is.
-    assert!(w.write(CONFIG, 0x44, &[3]));
+    assert!(w.write(CONFIG, 0x84, &[3]));
     assert!(w.read(BAR0, 0, 4).is_none());
-    assert!(w.write(CONFIG, 0x44, &[0]));
+    assert!(w.write(CONFIG, 0x84, &[0]));
     assert!(w.read(BAR0, 0, 4).is_some());
     assert_eq!(w.ids(), IDS);
     let accesses = rig.log.lock().unwrap().accesses.len();

@@ -93,18 +93,24 @@ fn the_client_sees_the_identity_the_regions_and_a_sizable_bar0() {
     assert_eq!(cfg_read(&mut c, 0x2c, 4), 0x1100_1af4, "subsystem");
     assert_eq!(cfg_read(&mut c, 0x3d, 1), 1, "INTA");
     assert_eq!(cfg_read(&mut c, 0x06, 2), 0x0010, "status: capability list");
-    assert_eq!(cfg_read(&mut c, 0x34, 1), 0x40);
+    assert_eq!(cfg_read(&mut c, 0x34, 1), 0x80);
     assert_eq!(
-        cfg_read(&mut c, 0x40, 4),
+        cfg_read(&mut c, 0x40, 1),
+        0,
+        "slot information: one slot, first BAR 0 (sdhci-pci reads it)"
+    );
+    assert_eq!(
+        cfg_read(&mut c, 0x80, 4),
         0x0003_0001,
         "PM capability, the last"
     );
-    assert_eq!(cfg_read(&mut c, 0x44, 2), 0x0008, "D0, No_Soft_Reset");
+    assert_eq!(cfg_read(&mut c, 0x84, 2), 0x0008, "D0, No_Soft_Reset");
     // The whole space in one read, as QEMU reads it at realize.
     let mut all = [0u8; 256];
     c.region_read(CONFIG, 0, &mut all).unwrap();
     assert_eq!(&all[..4], &[0x36, 0x1b, 0x07, 0x00]);
-    assert_eq!(all[0x48..], [0; 0xb8], "unimplemented space reads 0");
+    assert_eq!(all[0x40..0x80], [0; 0x40], "slot information 0, then nothing");
+    assert_eq!(all[0x88..], [0; 0x78], "unimplemented space reads 0");
 
     // BAR sizing: all ones reads back the size mask; an address then sticks.
     cfg_write(&mut c, 0x10, &u32::MAX.to_le_bytes());

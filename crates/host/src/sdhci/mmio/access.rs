@@ -165,6 +165,7 @@ impl SdhciMmio {
                     fx.rst_n_pulse |= was && b & SDHCI_POWER_RST_N == 0;
                 }
                 self.regs.power_control = v;
+                self.bus_power = v & SDHCI_POWER_ON != 0;
                 fx.ios = true;
             }
             0x2A => r.block_gap = b & BLOCK_GAP_WRITABLE,

@@ -6,9 +6,11 @@
 //! the bus timing (High Speed Enable, UHS Mode Select).
 
 use emmc_card::model::BusTiming;
+use emmc_card::timing::Nanos;
+use emmc_card::PowerDown;
 
 use super::layout::*;
-use super::SdhciMmio;
+use super::{SdhciMmio, MIN_POWER_OFF_NS};
 use crate::sdhci::{MmcIos, PowerMode};
 
 impl SdhciMmio {
@@ -78,7 +80,7 @@ impl SdhciMmio {
             clock: self.sd_clock_hz(),
             bus_width,
             timing: self.timing(),
-            power_mode: if self.regs.power_control & SDHCI_POWER_ON != 0 {
+            power_mode: if self.bus_power {
                 PowerMode::On
             } else {
                 PowerMode::Off
@@ -86,12 +88,43 @@ impl SdhciMmio {
         }
     }
 
-    /// Hand a changed bus to the shared core (power going off cuts the card; coming on
-    /// power-cycles it into idle; a timing change forgets the tuning).
+    /// Hand a changed bus to the shared core (a timing change forgets the tuning). The
+    /// power is the supply as SD Bus Power writes left it, not the register (see
+    /// `reset_all`). Power going off stops commands at once but cuts the card only once
+    /// it has stayed off for [`MIN_POWER_OFF_NS`] (`supply_decay`); coming on after that
+    /// power-cycles the card into idle, coming on sooner leaves it as it was.
     pub(super) fn apply_ios(&mut self) {
         let ios = self.register_ios();
-        if ios != self.host.ios() {
-            self.host.set_ios(&mut self.card, self.now, ios);
+        let was = self.host.ios();
+        if ios == was {
+            return;
+        }
+        let was_on = was.power_mode != PowerMode::Off;
+        let is_on = ios.power_mode != PowerMode::Off;
+        match (was_on, is_on) {
+            (true, false) => {
+                self.supply_falling = Some(self.now);
+                self.host.set_ios_keeping_card(ios);
+            }
+            (false, true) if self.supply_falling.is_some() => {
+                self.supply_falling = None;
+                log::debug!("SDHCI: SD Bus Power off and on again within the power-off time");
+                self.host.set_ios_keeping_card(ios);
+            }
+            _ => self.host.set_ios(&mut self.card, self.now, ios),
+        }
+    }
+
+    /// Card time `now` has come: a supply off for [`MIN_POWER_OFF_NS`] has gone, and the
+    /// card lost power when it went off.
+    pub(super) fn supply_decay(&mut self, now: Nanos) {
+        if let Some(since) = self.supply_falling {
+            if now.saturating_sub(since) >= MIN_POWER_OFF_NS {
+                self.supply_falling = None;
+                log::debug!("SDHCI: bus power off");
+                self.card.power_off(since, PowerDown::Sudden);
+                self.host.tuned = false;
+            }
         }
     }
 

@@ -207,7 +207,19 @@ pub struct SdhciMmio {
     /// Power Control bit 4 drives the card's RST_n (Intel's eMMC controllers, Linux's
     /// `sdhci_pci_int_hw_reset`); otherwise the bit is reserved.
     rst_n_in_power_control: bool,
+    /// The card's supply: switched by writes to SD Bus Power only. Software Reset for
+    /// All clears the register but leaves the supply as it was (`reset.rs`).
+    bus_power: bool,
+    /// SD Bus Power went off at this instant and the card has not lost power yet: it does
+    /// once the supply has been off for [`MIN_POWER_OFF_NS`] (`bus_setup.rs`).
+    supply_falling: Option<Nanos>,
 }
+
+/// How long SD Bus Power must stay off before the card loses power. Linux holds it off
+/// for at least 1 ms in a power cycle (`mmc_power_cycle`), and clears the register just
+/// before every new power setting (`sdhci_set_power_noreg`), which a card's supply
+/// rides through.
+pub const MIN_POWER_OFF_NS: Nanos = 1_000_000;
 
 impl std::fmt::Debug for SdhciMmio {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -250,6 +262,8 @@ impl SdhciMmio {
             last_sbc: None,
             bad_accesses: 0,
             rst_n_in_power_control: false,
+            bus_power: false,
+            supply_falling: None,
         };
         m.reset();
         m
@@ -302,6 +316,7 @@ impl SdhciMmio {
         let target = now.max(self.now);
         self.run_until(target);
         self.now = target;
+        self.supply_decay(target);
         self.card.advance(target);
     }
 
@@ -349,7 +364,10 @@ impl SdhciMmio {
     /// itself (a response, a block, the end of the data or of the card's busy, DAT0).
     pub fn next_event(&self) -> Option<Nanos> {
         let dat0 = self.card.busy_until().filter(|&t| t > self.now);
-        [self.cmd.map(|c| c.at), self.dat_next_instant(), dat0]
+        let supply_gone = self
+            .supply_falling
+            .map(|t| t.saturating_add(MIN_POWER_OFF_NS));
+        [self.cmd.map(|c| c.at), self.dat_next_instant(), dat0, supply_gone]
             .into_iter()
             .flatten()
             .filter(|&t| t != Nanos::MAX)

@@ -47,8 +47,12 @@ impl SdhciMmio {
     }
 
     /// Software Reset for All: both lines, every register but the capabilities, presets
-    /// and version to its power-on value; SD Bus Power goes off with it (the card loses
-    /// power as a real slot's would).
+    /// and version to its power-on value. The Power Control register reads 0 afterwards,
+    /// but the card keeps its supply until the driver writes SD Bus Power off: an
+    /// embedded card's supply does not follow a controller reset (Linux's
+    /// `sdhci_intel_set_power` says so of Intel's controllers, and its runtime resume
+    /// resets all and expects the card still selected). The clock stops, so the card
+    /// only waits.
     pub(super) fn reset_all(&mut self) {
         self.reset_data_line();
         self.cmd = None;
@@ -68,6 +72,8 @@ impl SdhciMmio {
     /// off afterwards, as after power-on: the guest's driver powers the bus up again.
     pub fn reset(&mut self) {
         self.cmd = None;
+        self.bus_power = false;
+        self.supply_falling = None;
         if let Some(mut d) = self.dat.take() {
             let now = self.now;
             self.end_log(&mut d, now, Some(SdhciError::DataTimeout));
