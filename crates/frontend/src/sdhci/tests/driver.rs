@@ -122,6 +122,8 @@ pub struct Xfer {
     pub data: u64,
     /// Where the ADMA2 table goes.
     pub table: u64,
+    /// The test wrote its own ADMA2 table at `table`: leave it.
+    pub own_table: bool,
 }
 
 impl Xfer {
@@ -143,6 +145,7 @@ impl Xfer {
             acmd23: None,
             data: DATA,
             table: TABLE,
+            own_table: false,
         }
     }
 
@@ -574,7 +577,9 @@ impl Host {
                 self.writel(u32::try_from(x.data).unwrap(), SDHCI_DMA_ADDRESS);
             }
             Mode::Adma32 | Mode::Adma64 => {
-                self.adma_table(x);
+                if !x.own_table {
+                    self.adma_table(x);
+                }
                 ctrl |= if x.mode == Mode::Adma64 {
                     SDHCI_CTRL_ADMA64
                 } else {
@@ -614,11 +619,16 @@ impl Host {
     /// both lines reset).
     pub fn data(&mut self, x: &Xfer) -> Result<Done, u32> {
         self.setup_data(x);
+        self.issue_data(x);
+        self.finish_data(x)
+    }
+
+    /// The Command register of a data command set up by [`Host::setup_data`].
+    pub fn issue_data(&mut self, x: &Xfer) {
         self.writew(
             sdhci_make_cmd(x.opcode, Resp::R1.flags() | SDHCI_CMD_DATA),
             SDHCI_COMMAND,
         );
-        self.finish_data(x)
     }
 
     /// The interrupts of a data command already issued.
@@ -699,9 +709,11 @@ impl Host {
 
     // ---- bring-up -----------------------------------------------------------------------
 
-    /// Power, 400 kHz, CMD0, CMD1 until the card is powered up: the CMD1 polls it took.
+    /// Power, one line at 400 kHz, CMD0, CMD1 until the card is powered up: the CMD1
+    /// polls it took.
     pub fn identify_start(&mut self) -> u32 {
         self.power_on();
+        self.set_bus(1, false);
         self.set_clock(400_000);
         self.cmd(0, 0, Resp::None).expect("CMD0");
         for polls in 1..=200 {

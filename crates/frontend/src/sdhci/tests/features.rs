@@ -236,13 +236,7 @@ fn hpi_during_a_long_write_ends_its_programming_early() {
         h.put(x.data, &data);
         let start = Instant::now();
         h.setup_data(&x);
-        h.writew(
-            sdhci_make_cmd(
-                25,
-                SDHCI_CMD_RESP_SHORT | SDHCI_CMD_CRC | SDHCI_CMD_INDEX | SDHCI_CMD_DATA,
-            ),
-            SDHCI_COMMAND,
-        );
+        h.issue_data(&x);
         h.wait_int(CMD_COMPLETE);
         h.ack(CMD_COMPLETE);
         // The data has gone out (16 blocks at 52 MHz, 8 bits: well under 1 ms); the card
