@@ -12,6 +12,7 @@ mod data;
 mod driver;
 mod features;
 mod hostile;
+mod identity;
 
 // The PCI function's own wire helpers, shared rather than copied: its test module is
 // private to `pci`, so the file is included here too.
