@@ -10,3 +10,6 @@ mod bar0;
 pub mod serve;
 
 pub use bar0::SdhciBar0;
+
+#[cfg(test)]
+mod tests;
