@@ -268,7 +268,11 @@ mod tests {
             }
         }
         assert_eq!(c.command(), 0x0406, "memory, master, INTx disable");
-        assert_eq!(c.bytes[0x40..0x80], [0; 64], "slot information 0, then nothing");
+        assert_eq!(
+            c.bytes[0x40..0x80],
+            [0; 64],
+            "slot information 0, then nothing"
+        );
         assert_eq!(
             c.bytes[0x88..],
             [0; 120],

@@ -12,11 +12,11 @@ use emmc_card::store::MemStore;
 use emmc_card::{Card, CardState, Partition};
 use emmc_host::mmc::{mmc_init_card, HostCaps, MmcCard, MmcHostOps};
 use emmc_host::sdhci::mmio::layout::*;
+use emmc_host::sdhci::mmio::MIN_POWER_OFF_NS;
 use emmc_host::sdhci::{
     error_int, normal_int, BusTiming, MmcCommand, MmcData, MmcIos, MmcRequest, PowerMode,
     ResponseType, SdhciConfig, SdhciError, SdhciMmio,
 };
-use emmc_host::sdhci::mmio::MIN_POWER_OFF_NS;
 
 fn model(name: &str) -> DeviceModel {
     DeviceModel::load(name).unwrap()

@@ -109,7 +109,11 @@ fn the_client_sees_the_identity_the_regions_and_a_sizable_bar0() {
     let mut all = [0u8; 256];
     c.region_read(CONFIG, 0, &mut all).unwrap();
     assert_eq!(&all[..4], &[0x36, 0x1b, 0x07, 0x00]);
-    assert_eq!(all[0x40..0x80], [0; 0x40], "slot information 0, then nothing");
+    assert_eq!(
+        all[0x40..0x80],
+        [0; 0x40],
+        "slot information 0, then nothing"
+    );
     assert_eq!(all[0x88..], [0; 0x78], "unimplemented space reads 0");
 
     // BAR sizing: all ones reads back the size mask; an address then sticks.

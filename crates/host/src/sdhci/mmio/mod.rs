@@ -215,11 +215,14 @@ pub struct SdhciMmio {
     supply_falling: Option<Nanos>,
 }
 
-/// How long SD Bus Power must stay off before the card loses power. Linux holds it off
-/// for at least 1 ms in a power cycle (`mmc_power_cycle`), and clears the register just
-/// before every new power setting (`sdhci_set_power_noreg`), which a card's supply
-/// rides through.
-pub const MIN_POWER_OFF_NS: Nanos = 1_000_000;
+/// How long SD Bus Power must stay off before the card loses power: 10 ms, the power-off
+/// Linux's Intel driver holds to be sure a card has reset (`sdhci_intel_set_power`,
+/// `usleep_range(10000, 12500)`). Linux clears Power Control just before every new power
+/// setting (`sdhci_set_power_noreg`), and the guest's vCPU may be descheduled between
+/// the two writes for a millisecond or more under TCG on a loaded host: a supply's
+/// capacitance rides through that. Linux's `mmc_power_cycle` (1 ms off) is then not a
+/// power loss, which changes nothing it relies on: CMD0 follows, and resets the card.
+pub const MIN_POWER_OFF_NS: Nanos = 10_000_000;
 
 impl std::fmt::Debug for SdhciMmio {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -367,11 +370,16 @@ impl SdhciMmio {
         let supply_gone = self
             .supply_falling
             .map(|t| t.saturating_add(MIN_POWER_OFF_NS));
-        [self.cmd.map(|c| c.at), self.dat_next_instant(), dat0, supply_gone]
-            .into_iter()
-            .flatten()
-            .filter(|&t| t != Nanos::MAX)
-            .min()
+        [
+            self.cmd.map(|c| c.at),
+            self.dat_next_instant(),
+            dat0,
+            supply_gone,
+        ]
+        .into_iter()
+        .flatten()
+        .filter(|&t| t != Nanos::MAX)
+        .min()
     }
 
     /// The INTx level: a status bit that is latched and signal-enabled.
