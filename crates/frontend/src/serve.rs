@@ -143,8 +143,8 @@ pub struct ServeArgs {
     pub time_scale: f64,
     /// Record every request with its arrival and completion in card time, in the trace
     /// format of docs/trace-format.md (replayable with `simulate --workload trace`). With
-    /// mmc, every data request on the user area is a line and every other request a
-    /// comment.
+    /// mmc and sdhci, every data command on the user area is a line and every other
+    /// command a comment.
     #[arg(long)]
     pub trace: Option<PathBuf>,
     /// Log every MMC command the emulated SDHCI controller sends to the card: argument,

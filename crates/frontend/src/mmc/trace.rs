@@ -10,6 +10,11 @@
 //! executes. Everything else — other commands, requests on other partitions (as
 //! PARTITION_CONFIG selected when the request arrived), secure erase and trim, requests
 //! that failed — is a comment, `# <arrival_ns> CMD<n> arg=0x<arg> <completion_ns>`.
+//!
+//! The mapping is [`CommandTracer`]'s, fed one executed command at a time as a
+//! transport-neutral [`Command`]: [`MmcTracer`] makes one of each virtio-mmc request, and
+//! `serve --transport sdhci` of each command the register-level controller completes
+//! (`crate::sdhci::trace`).
 
 use std::io::Write;
 
@@ -18,12 +23,212 @@ use super::request::MmcReq;
 use emmc_card::packed::{self, Direction, Entry, Header};
 use emmc_card::timing::Nanos;
 use emmc_card::Partition;
-use emmc_host::trace::Op;
-use emmc_host::trace::TraceWriter;
+use emmc_host::trace::{Op, TraceWriter};
 
 /// The most sectors one trace line may carry (the format's limit): longer erases are
 /// split into lines of this size.
 const MAX_LINE_SECTORS: u64 = 32_768;
+
+/// One executed MMC command as the trace needs it, whichever transport carried it.
+#[derive(Debug, Clone, Copy)]
+pub struct Command<'a> {
+    pub opcode: u8,
+    pub arg: u32,
+    /// The argument of the CMD23 that went with it (a data command's block count).
+    pub sbc: Option<u32>,
+    /// Its data phase in 512-byte blocks (`None`: no data phase, none of that block size,
+    /// or no blocks).
+    pub blocks: Option<u32>,
+    /// It went through without an error the guest could see, with all its data.
+    pub ok: bool,
+    /// The partition PARTITION_ACCESS selected when it arrived.
+    pub partition: Partition,
+    /// The card takes sector addresses (else byte addresses).
+    pub sector_addressing: bool,
+    /// A packed write's header block (the first 512 bytes of its data).
+    pub header: Option<&'a [u8; 512]>,
+    pub arrival: Nanos,
+    /// The modelled end of the command: its completion, or the end of the busy it left.
+    pub done: Nanos,
+}
+
+/// When lines may be written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// Commands come in arrival order (the mmc transport executes one request at a
+    /// time): each line is written at once.
+    Arrival,
+    /// Commands come as they complete, which need not be in arrival order: lines are
+    /// held until [`CommandTracer::release`] says nothing earlier can still come.
+    Completion,
+}
+
+/// Turns executed MMC commands into trace lines (docs/trace-format.md).
+pub struct CommandTracer<W: Write> {
+    out: TraceWriter<W>,
+    order: Order,
+    /// The erase group start (CMD35) and end (CMD36) addresses given since the last CMD38.
+    erase_start: Option<u32>,
+    erase_end: Option<u32>,
+    /// A packed read's entries, from its header, until the CMD18 that reads the data.
+    packed_read: Option<Vec<Entry>>,
+}
+
+/// Parse a packed header block, whichever way it says the data goes.
+fn parse_header(block: &[u8; 512]) -> Option<Header> {
+    let direction = match block[1] {
+        packed::HEADER_READ => Direction::Read,
+        _ => Direction::Write,
+    };
+    Header::parse(block, direction, packed::MAX_ENTRIES_PER_BLOCK).ok()
+}
+
+impl<W: Write> CommandTracer<W> {
+    pub fn new(out: TraceWriter<W>, order: Order) -> CommandTracer<W> {
+        CommandTracer {
+            out,
+            order,
+            erase_start: None,
+            erase_end: None,
+            packed_read: None,
+        }
+    }
+
+    fn line(&mut self, c: &Command<'_>, op: Op, offset: u64, length: u64) -> std::io::Result<()> {
+        match self.order {
+            Order::Arrival => self.out.record_now(c.arrival, op, offset, length, c.done),
+            Order::Completion => {
+                self.out.record(c.arrival, op, offset, length, c.done);
+                Ok(())
+            }
+        }
+    }
+
+    /// The command as a comment line.
+    fn note(&mut self, c: &Command<'_>) -> std::io::Result<()> {
+        match self.order {
+            Order::Arrival => self
+                .out
+                .note_command_now(c.arrival, c.opcode, c.arg, c.done),
+            Order::Completion => {
+                self.out.note_command(c.arrival, c.opcode, c.arg, c.done);
+                Ok(())
+            }
+        }
+    }
+
+    fn bytes(c: &Command<'_>, address: u32) -> u64 {
+        if c.sector_addressing {
+            u64::from(address) * 512
+        } else {
+            u64::from(address)
+        }
+    }
+
+    fn entries(&mut self, c: &Command<'_>, entries: &[Entry], read: bool) -> std::io::Result<()> {
+        for e in entries {
+            let op = match (read, e.reliable()) {
+                (true, _) => Op::Read,
+                (false, true) => Op::WriteReliable,
+                (false, false) => Op::Write,
+            };
+            let offset = Self::bytes(c, e.address);
+            self.line(c, op, offset, e.block_count() * 512)?;
+        }
+        Ok(())
+    }
+
+    /// The line(s) of one executed command.
+    pub fn command(&mut self, c: &Command<'_>) -> std::io::Result<()> {
+        let (opcode, arg, ok) = (c.opcode, c.arg, c.ok);
+        let user = c.partition == Partition::User;
+        let packed = c.sbc.is_some_and(|a| a & packed::CMD23_PACKED != 0);
+        match (opcode, c.blocks) {
+            (17 | 18 | 24 | 25, Some(blocks)) if ok && user => {
+                let write = matches!(opcode, 24 | 25);
+                if packed && write {
+                    match c.header.and_then(parse_header) {
+                        Some(header) if header.direction == Direction::Write => {
+                            self.entries(c, &header.entries, false)
+                        }
+                        Some(header) => {
+                            self.packed_read = Some(header.entries);
+                            self.note(c)
+                        }
+                        None => self.note(c),
+                    }
+                } else if packed {
+                    match self.packed_read.take() {
+                        Some(entries) => self.entries(c, &entries, true),
+                        None => self.note(c),
+                    }
+                } else {
+                    let op = match (write, c.sbc) {
+                        (false, _) => Op::Read,
+                        (true, Some(a)) if a & packed::CMD23_RELIABLE_WRITE != 0 => {
+                            Op::WriteReliable
+                        }
+                        (true, _) => Op::Write,
+                    };
+                    let len = u64::from(blocks) * 512;
+                    self.line(c, op, Self::bytes(c, arg), len)
+                }
+            }
+            // SWITCH, WRITE_BYTE of FLUSH_CACHE with its FLUSH bit.
+            (6, _)
+                if ok
+                    && (arg >> 24) & 0x3 == 3
+                    && (arg >> 16) & 0xFF == emmc_card::ext_csd::FLUSH_CACHE as u32
+                    && (arg >> 8) & 0x1 != 0 =>
+            {
+                self.line(c, Op::Flush, 0, 0)
+            }
+            (35 | 36, _) => {
+                if ok {
+                    *if opcode == 35 {
+                        &mut self.erase_start
+                    } else {
+                        &mut self.erase_end
+                    } = Some(arg);
+                }
+                self.note(c)
+            }
+            (38, _) => {
+                let range = (self.erase_start.take(), self.erase_end.take());
+                match range {
+                    // Erase, trim, discard; secure erase and trim are comments, as the
+                    // blk transport keeps SECURE_ERASE.
+                    (Some(start), Some(end)) if ok && user && matches!(arg, 0 | 1 | 3) => {
+                        let (first, last) =
+                            (Self::bytes(c, start) / 512, Self::bytes(c, end) / 512);
+                        if last < first {
+                            return self.note(c);
+                        }
+                        let mut sector = first;
+                        while sector <= last {
+                            let n = (last - sector + 1).min(MAX_LINE_SECTORS);
+                            self.line(c, Op::Discard, sector * 512, n * 512)?;
+                            sector += n;
+                        }
+                        Ok(())
+                    }
+                    _ => self.note(c),
+                }
+            }
+            _ => self.note(c),
+        }
+    }
+
+    /// Write every held line that arrived at or before `upto` ([`Order::Completion`]).
+    pub fn release(&mut self, upto: Nanos) -> std::io::Result<()> {
+        self.out.release(upto)
+    }
+
+    /// Write everything out and flush.
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+}
 
 /// One executed request as the tracer needs it.
 #[derive(Debug, Clone, Copy)]
@@ -45,12 +250,7 @@ pub struct Traced<'a> {
 
 /// Turns executed virtio-mmc requests into trace lines.
 pub struct MmcTracer<W: Write> {
-    out: TraceWriter<W>,
-    /// The erase group start (CMD35) and end (CMD36) addresses given since the last CMD38.
-    erase_start: Option<u32>,
-    erase_end: Option<u32>,
-    /// A packed read's entries, from its header, until the CMD18 that reads the data.
-    packed_read: Option<Vec<Entry>>,
+    inner: CommandTracer<W>,
 }
 
 /// The request went through without an error the guest could see.
@@ -71,52 +271,11 @@ fn succeeded(req: &MmcReq, resp: &VirtioMmcResp) -> bool {
         && data_ok
 }
 
-/// Parse a packed header block, whichever way it says the data goes.
-fn parse_header(block: &[u8; 512]) -> Option<Header> {
-    let direction = match block[1] {
-        packed::HEADER_READ => Direction::Read,
-        _ => Direction::Write,
-    };
-    Header::parse(block, direction, packed::MAX_ENTRIES_PER_BLOCK).ok()
-}
-
 impl<W: Write> MmcTracer<W> {
     pub fn new(out: TraceWriter<W>) -> MmcTracer<W> {
         MmcTracer {
-            out,
-            erase_start: None,
-            erase_end: None,
-            packed_read: None,
+            inner: CommandTracer::new(out, Order::Arrival),
         }
-    }
-
-    /// The request as a comment line.
-    fn note(&mut self, t: &Traced<'_>) -> std::io::Result<()> {
-        let c = &t.req.hdr.cmd;
-        self.out
-            .note_command_now(t.arrival, c.opcode, c.arg, t.done)
-    }
-
-    fn bytes(t: &Traced<'_>, address: u32) -> u64 {
-        if t.sector_addressing {
-            u64::from(address) * 512
-        } else {
-            u64::from(address)
-        }
-    }
-
-    fn entries(&mut self, t: &Traced<'_>, entries: &[Entry], read: bool) -> std::io::Result<()> {
-        for e in entries {
-            let op = match (read, e.reliable()) {
-                (true, _) => Op::Read,
-                (false, true) => Op::WriteReliable,
-                (false, false) => Op::Write,
-            };
-            let offset = Self::bytes(t, e.address);
-            self.out
-                .record_now(t.arrival, op, offset, e.block_count() * 512, t.done)?;
-        }
-        Ok(())
     }
 
     /// Write one executed request's line(s) at once: the mmc transport executes requests
@@ -124,96 +283,23 @@ impl<W: Write> MmcTracer<W> {
     pub fn request(&mut self, t: &Traced<'_>) -> std::io::Result<()> {
         let req = t.req;
         let h = &req.hdr;
-        let (opcode, arg) = (h.cmd.opcode, h.cmd.arg);
-        let ok = succeeded(req, t.resp);
-        let user = t.partition == Partition::User;
-        let sbc = req.has(REQ_F_SBC).then_some(h.sbc.arg);
-        let packed = sbc.is_some_and(|a| a & packed::CMD23_PACKED != 0);
         let data = req.has(REQ_F_DATA) && h.blksz == 512 && h.blocks > 0;
-        match opcode {
-            17 | 18 | 24 | 25 if ok && user && data => {
-                let write = matches!(opcode, 24 | 25);
-                if packed && write {
-                    match t.header.and_then(parse_header) {
-                        Some(header) if header.direction == Direction::Write => {
-                            self.entries(t, &header.entries, false)
-                        }
-                        Some(header) => {
-                            self.packed_read = Some(header.entries);
-                            self.note(t)
-                        }
-                        None => self.note(t),
-                    }
-                } else if packed {
-                    match self.packed_read.take() {
-                        Some(entries) => self.entries(t, &entries, true),
-                        None => self.note(t),
-                    }
-                } else {
-                    let op = match (write, sbc) {
-                        (false, _) => Op::Read,
-                        (true, Some(a)) if a & packed::CMD23_RELIABLE_WRITE != 0 => {
-                            Op::WriteReliable
-                        }
-                        (true, _) => Op::Write,
-                    };
-                    let len = u64::from(h.blocks) * 512;
-                    self.out
-                        .record_now(t.arrival, op, Self::bytes(t, arg), len, t.done)
-                }
-            }
-            // SWITCH, WRITE_BYTE of FLUSH_CACHE with its FLUSH bit.
-            6 if ok
-                && (arg >> 24) & 0x3 == 3
-                && (arg >> 16) & 0xFF == emmc_card::ext_csd::FLUSH_CACHE as u32
-                && (arg >> 8) & 0x1 != 0 =>
-            {
-                self.out.record_now(t.arrival, Op::Flush, 0, 0, t.done)
-            }
-            35 | 36 => {
-                if ok {
-                    *if opcode == 35 {
-                        &mut self.erase_start
-                    } else {
-                        &mut self.erase_end
-                    } = Some(arg);
-                }
-                self.note(t)
-            }
-            38 => {
-                let range = (self.erase_start.take(), self.erase_end.take());
-                match range {
-                    // Erase, trim, discard; secure erase and trim are comments, as the
-                    // blk transport keeps SECURE_ERASE.
-                    (Some(start), Some(end)) if ok && user && matches!(arg, 0 | 1 | 3) => {
-                        let (first, last) =
-                            (Self::bytes(t, start) / 512, Self::bytes(t, end) / 512);
-                        if last < first {
-                            return self.note(t);
-                        }
-                        let mut sector = first;
-                        while sector <= last {
-                            let n = (last - sector + 1).min(MAX_LINE_SECTORS);
-                            self.out.record_now(
-                                t.arrival,
-                                Op::Discard,
-                                sector * 512,
-                                n * 512,
-                                t.done,
-                            )?;
-                            sector += n;
-                        }
-                        Ok(())
-                    }
-                    _ => self.note(t),
-                }
-            }
-            _ => self.note(t),
-        }
+        self.inner.command(&Command {
+            opcode: h.cmd.opcode,
+            arg: h.cmd.arg,
+            sbc: req.has(REQ_F_SBC).then_some(h.sbc.arg),
+            blocks: data.then_some(h.blocks),
+            ok: succeeded(req, t.resp),
+            partition: t.partition,
+            sector_addressing: t.sector_addressing,
+            header: t.header,
+            arrival: t.arrival,
+            done: t.done,
+        })
     }
 
     /// Write everything out and flush.
     pub fn flush(&mut self) -> std::io::Result<()> {
-        self.out.flush()
+        self.inner.flush()
     }
 }

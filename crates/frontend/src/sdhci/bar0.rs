@@ -1,12 +1,18 @@
 //! BAR0 of the SDHCI function: the register-level controller of emmc-host
-//! ([`SdhciMmio`]) in its first 256 bytes, and the identity's vendor registers above.
+//! ([`SdhciMmio`]) in its first 256 bytes, and the identity's vendor registers above;
+//! with `--trace`, the trace of its commands, drained after every access.
 
 use emmc_card::timing::Nanos;
 use emmc_card::PowerDown;
 use emmc_host::sdhci::SdhciMmio;
 
+use super::trace::SdhciTracer;
 use crate::pci::identity::PciIds;
 use crate::pci::{DmaMemory, PciMmio};
+use crate::trace::{stop_on_error, TraceSink};
+
+/// `serve --trace`'s tracer behind BAR0.
+type Tracer = SdhciTracer<std::io::BufWriter<std::fs::File>>;
 
 /// The standard SDHCI register space of one slot.
 const SDHCI_SPACE: u64 = 0x100;
@@ -18,6 +24,7 @@ pub struct SdhciBar0 {
     /// Registers above the standard space (Intel's LTR registers at 0x804 and 0x808):
     /// they hold what the guest writes and do nothing else.
     vendor: Vec<u8>,
+    trace: Option<Tracer>,
 }
 
 impl SdhciBar0 {
@@ -30,6 +37,30 @@ impl SdhciBar0 {
             mmio,
             bar0_size,
             vendor: vec![0; (bar0_size - SDHCI_SPACE) as usize],
+            trace: None,
+        }
+    }
+
+    /// Trace the guest's commands into `out` from now on.
+    pub fn set_trace(&mut self, out: TraceSink) {
+        self.trace = Some(SdhciTracer::new(out, &mut self.mmio));
+    }
+
+    /// Trace the commands completed since the last access.
+    fn drain_trace(&mut self) {
+        if let Some(result) = self.trace.as_mut().map(|t| t.drain(&mut self.mmio)) {
+            stop_on_error(&mut self.trace, result);
+            if self.trace.is_none() {
+                self.mmio.set_command_records(false);
+            }
+        }
+    }
+
+    /// Write the whole trace out (nothing is in flight).
+    fn flush_trace(&mut self) {
+        self.drain_trace();
+        if let Some(result) = self.trace.as_mut().map(Tracer::flush) {
+            stop_on_error(&mut self.trace, result);
         }
     }
 
@@ -48,6 +79,7 @@ impl SdhciBar0 {
         let at = self.mmio.now();
         self.mmio.card_mut().power_off(at, PowerDown::Clean);
         self.mmio.flush_cmd_log();
+        self.flush_trace();
     }
 
     /// The vendor bytes of an access at `offset` (at or above the standard space), if
@@ -73,6 +105,7 @@ impl PciMmio for SdhciBar0 {
         } else {
             data.fill(0);
         }
+        self.drain_trace();
     }
 
     fn write(&mut self, now: Nanos, offset: u64, data: &[u8], dma: &dyn DmaMemory) {
@@ -82,10 +115,12 @@ impl PciMmio for SdhciBar0 {
             self.mmio.advance(now, dma);
             self.vendor[r].copy_from_slice(data);
         }
+        self.drain_trace();
     }
 
     fn advance(&mut self, now: Nanos, dma: &dyn DmaMemory) {
         self.mmio.advance(now, dma);
+        self.drain_trace();
     }
 
     fn next_event(&self) -> Option<Nanos> {
@@ -99,11 +134,13 @@ impl PciMmio for SdhciBar0 {
     fn reset(&mut self) {
         self.mmio.reset();
         self.vendor.fill(0);
+        self.drain_trace();
     }
 
     fn power_cycle(&mut self, now: Nanos) {
         self.mmio.advance(now, &emmc_host::sdhci::mmio::NoDmaMemory);
         self.mmio.flush_cmd_log();
         self.reset();
+        self.flush_trace();
     }
 }

@@ -4,10 +4,12 @@
 //!
 //! - `bar0.rs`: [`SdhciBar0`], the controller behind BAR0 (the SDHCI space and the PCI
 //!   identity's vendor registers);
-//! - `serve.rs`: the daemon: card, image, options, control socket, signals.
+//! - `serve.rs`: the daemon: card, image, options, control socket, signals;
+//! - `trace.rs`: `--trace`, the guest's commands as a block trace.
 
 mod bar0;
 pub mod serve;
+pub mod trace;
 
 pub use bar0::SdhciBar0;
 

@@ -46,7 +46,7 @@ impl Controlled for SdhciControl {
     }
 }
 
-/// The controller for `args`: the card on its image, the fault plan and command log.
+/// The controller for `args`: the card on its image, the fault plan, command log and trace.
 fn controller(args: &ServeArgs) -> Result<(SdhciBar0, String), String> {
     let (card, model) = open_card(args)?;
     let config = SdhciConfig::for_model(&model.host.controller_only());
@@ -63,19 +63,21 @@ fn controller(args: &ServeArgs) -> Result<(SdhciBar0, String), String> {
         mmio.capabilities().as_u64(),
         ids.bar0_size
     );
-    Ok((SdhciBar0::new(mmio, &ids), model.name))
+    let origin = mmio.now();
+    let mut bar0 = SdhciBar0::new(mmio, &ids);
+    if let Some(path) = &args.trace {
+        let heading = format!(
+            "vhost-user-emmc serve --transport sdhci, model {}",
+            model.name
+        );
+        bar0.set_trace(crate::trace::open(path, origin, &heading)?);
+    }
+    Ok((bar0, model.name))
 }
 
 /// Serve the card behind an SDHCI controller over vfio-user until a signal.
 pub fn serve_sdhci(args: &ServeArgs) -> Result<(), String> {
     refuse_blk_options(args)?;
-    if args.trace.is_some() {
-        return Err(
-            "--trace: not recorded with --transport sdhci yet; --cmd-log records every \
-             command the guest sends"
-                .into(),
-        );
-    }
     let pacing = args.pacing();
     if pacing.is_realtime() {
         exact_timers();

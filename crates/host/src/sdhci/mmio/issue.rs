@@ -141,6 +141,7 @@ impl SdhciMmio {
     /// A command without data (with R1b: a DAT phase waiting for the busy).
     fn issue_plain(&mut self, cmd: MmcCommand, words: u8) {
         let mut d = DatPhase::new(cmd.opcode, self.per_block_timeout());
+        let mut record = self.open_record(cmd.opcode, cmd.arg, cmd.resp_type);
         let x = card_steps::exchange(
             &mut self.host,
             &mut self.card,
@@ -152,7 +153,12 @@ impl SdhciMmio {
             &mut d.injected,
         );
         self.cmd = Some(CmdReveal::new(&x, words));
+        if let Some(r) = record.as_mut() {
+            r.response = x.response[0];
+            r.error = x.error;
+        }
         if cmd.busy {
+            d.record = record;
             if x.error.is_some() {
                 d.failure = Some(Failure::quiet(x.at, None));
             } else {
@@ -163,14 +169,18 @@ impl SdhciMmio {
                 });
             }
             self.dat = Some(d);
-        } else if let Some(e) = d.log.take() {
-            self.host.write_log(&e, x.at, None, false);
+        } else {
+            if let Some(e) = d.log.take() {
+                self.host.write_log(&e, x.at, None, false);
+            }
+            self.close_record(record, x.at, None);
         }
     }
 
     /// CMD21 while Execute Tuning is set: the controller reads the tuning block itself.
     fn issue_tuning(&mut self) {
         let blksz = self.regs.blksz() as usize;
+        let record = self.open_record(21, self.regs.argument, ResponseType::R1);
         let (end, brr, intact) =
             card_steps::tuning_block(&mut self.host, &mut self.card, self.now, blksz);
         self.cmd = Some(CmdReveal {
@@ -187,6 +197,11 @@ impl SdhciMmio {
         d.blocks = 1;
         d.engine = Engine::Tuning { brr, intact };
         d.delivered = Some(end);
+        d.record = record.map(|mut r| {
+            r.response = self.host.response[0];
+            r.data = Some((DataDirection::Read, blksz as u32, 1));
+            r
+        });
         self.dat = Some(d);
     }
 
@@ -262,6 +277,7 @@ impl SdhciMmio {
         } else {
             DataDirection::Write
         };
+        let record = self.open_record(cmd.opcode, cmd.arg, cmd.resp_type);
         let x = card_steps::exchange(
             &mut self.host,
             &mut self.card,
@@ -273,6 +289,13 @@ impl SdhciMmio {
             &mut d.injected,
         );
         self.cmd = Some(CmdReveal::new(&x, words));
+        d.record = record.map(|mut r| {
+            r.sbc = sbc.map(|s| s.arg).or(prev_sbc);
+            r.response = x.response[0];
+            r.error = x.error;
+            r.data = (!refused).then_some((dir, blksz as u32, blocks));
+            r
+        });
         let t0 = x.at;
         if !x.issued || x.error.is_some() {
             // sdhci_cmd_irq takes a data command's CRC error as the data's.

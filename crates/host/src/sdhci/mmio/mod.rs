@@ -27,7 +27,9 @@
 //! - `transfer.rs`: the DAT line: PIO, SDMA and ADMA2 engines, busy, Transfer Complete;
 //! - `adma_walk.rs`: the ADMA2 descriptor walk;
 //! - `dma.rs`: [`DmaMemory`], the guest memory the DMA engines use;
-//! - `reset.rs`: software resets and the device reset.
+//! - `reset.rs`: software resets and the device reset;
+//! - `records.rs`: [`CommandRecord`], what each completed command did, for an observer
+//!   such as the trace (off unless asked for).
 //!
 //! # Time
 //!
@@ -143,6 +145,7 @@
 //! - **Command log.** A command without data or busy is logged when its exchange ends;
 //!   one with data or busy when its DAT phase ends (its duration then includes the data
 //!   and the busy), or when the next command of the same transfer (Auto CMD12) starts.
+//!   [`CommandRecord`]s complete at the same instants, one per command the guest issued.
 //!
 //! [`Card::busy_until`]: emmc_card::Card::busy_until
 
@@ -156,6 +159,7 @@ mod interrupts;
 mod issue;
 pub mod layout;
 mod present;
+mod records;
 mod registers;
 mod reset;
 mod transfer;
@@ -163,6 +167,7 @@ mod transfer;
 pub use adma_walk::MAX_ADMA_DESCRIPTORS;
 pub use caps::Capabilities;
 pub use dma::{DmaError, DmaMemory, NoDmaMemory};
+pub use records::CommandRecord;
 
 use emmc_card::model::HostProfile;
 use emmc_card::timing::Nanos;
@@ -213,6 +218,8 @@ pub struct SdhciMmio {
     /// SD Bus Power went off at this instant and the card has not lost power yet: it does
     /// once the supply has been off for [`MIN_POWER_OFF_NS`] (`bus_setup.rs`).
     supply_falling: Option<Nanos>,
+    /// Completed commands not yet drained, when recording (`records.rs`).
+    records: Option<Vec<records::CommandRecord>>,
 }
 
 /// How long SD Bus Power must stay off before the card loses power: 10 ms, the power-off
@@ -267,6 +274,7 @@ impl SdhciMmio {
             rst_n_in_power_control: false,
             bus_power: false,
             supply_falling: None,
+            records: None,
         };
         m.reset();
         m

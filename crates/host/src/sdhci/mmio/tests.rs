@@ -146,3 +146,49 @@ fn a_reset_clears_the_registers_but_not_the_capabilities() {
     s.set_capabilities(narrow);
     assert_eq!(r32(&mut s, 0, SDHCI_CAPABILITIES) & SDHCI_CAN_DO_ADMA2, 0);
 }
+
+#[test]
+fn command_records_are_off_until_asked_for_and_say_what_each_command_did() {
+    let mut s = powered();
+    w16(&mut s, SDHCI_COMMAND, sdhci_make_cmd(0, 0));
+    assert_eq!(s.drain_command_records().count(), 0, "off by default");
+    s.set_command_records(true);
+    let t0 = s.now() + 1_000_000;
+    s.advance(t0, &NoDmaMemory);
+    s.write(
+        t0,
+        SDHCI_ARGUMENT,
+        &0x40FF_8080u32.to_le_bytes(),
+        &NoDmaMemory,
+    );
+    w16(
+        &mut s,
+        SDHCI_COMMAND,
+        sdhci_make_cmd(1, SDHCI_CMD_RESP_SHORT),
+    );
+    let bus = Bus::new(400_000, 1, false);
+    let end = t0 + bus.command_ns(ResponseLength::Short);
+    // Written when the card's side is done, ahead of what the guest has seen.
+    let records: Vec<_> = s.drain_command_records().collect();
+    assert_eq!(records.len(), 1);
+    let r = &records[0];
+    assert_eq!(
+        (r.opcode, r.arg, r.issued, r.done),
+        (1, 0x40FF_8080, t0, end)
+    );
+    assert_eq!(r.partition, emmc_card::Partition::User);
+    assert!(r.succeeded() && r.data.is_none() && r.sbc.is_none());
+    assert_eq!(s.oldest_open_record(), None);
+    // A command the card ignores fails.
+    s.advance(end, &NoDmaMemory);
+    w16(
+        &mut s,
+        SDHCI_COMMAND,
+        sdhci_make_cmd(11, SDHCI_CMD_RESP_SHORT | SDHCI_CMD_CRC | SDHCI_CMD_INDEX),
+    );
+    let r = s.drain_command_records().next().unwrap();
+    assert_eq!(r.error, Some(crate::sdhci::SdhciError::CmdTimeout));
+    assert!(!r.succeeded());
+    s.set_command_records(false);
+    assert_eq!(s.drain_command_records().count(), 0);
+}

@@ -18,6 +18,7 @@ use emmc_card::timing::{Bus, Nanos};
 use super::adma_walk::{desc_len, AdmaChain, ChainEnd};
 use super::card_steps;
 use super::dma::{in_address_space, DmaMemory};
+use super::records::CommandRecord;
 use super::SdhciMmio;
 use crate::cmdlog::CmdEntry;
 use crate::sdhci::inject::PendingFaults;
@@ -182,6 +183,8 @@ pub(super) struct DatPhase {
     /// The command log entry of the phase's last command, written when it ends.
     pub(super) log: Option<CmdEntry>,
     pub(super) injected: PendingFaults,
+    /// The record of the command that started the phase, completed when it ends.
+    pub(super) record: Option<CommandRecord>,
 }
 
 impl DatPhase {
@@ -206,6 +209,7 @@ impl DatPhase {
             adma_next: None,
             log: None,
             injected: PendingFaults::default(),
+            record: None,
         }
     }
 
@@ -416,8 +420,10 @@ impl SdhciMmio {
         self.end_log(d, t, None);
     }
 
-    /// Write the phase's held command log entry: it lasted until `end`.
+    /// Write the phase's held command log entry and complete its command record: it
+    /// lasted until `end`.
     pub(super) fn end_log(&mut self, d: &mut DatPhase, end: Nanos, data_error: Option<SdhciError>) {
+        self.close_record(d.record.take(), end, data_error);
         if let Some(e) = d.log.take() {
             let data_error = if e.data.is_some() { data_error } else { None };
             self.host.write_log(&e, end, data_error, false);
@@ -657,6 +663,14 @@ impl SdhciMmio {
         let n = (upto - d.sent) as usize;
         let last = upto == d.blocks;
         let data = &self.buf[from..from + n * d.blksz];
+        if d.sent == 0 {
+            if let Some(r) = d.record.as_mut().filter(|r| r.packed_write()) {
+                r.header = data
+                    .get(..512)
+                    .and_then(|h| h.try_into().ok())
+                    .map(Box::new);
+            }
+        }
         let injected = if last { Some(&mut d.injected) } else { None };
         match card_steps::send_blocks(
             &mut self.host,
