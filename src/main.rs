@@ -42,9 +42,10 @@ enum Commands {
         #[command(subcommand)]
         command: ImageCommands,
     },
-    /// Serve the card to a QEMU guest over vhost-user: as a block device (vhost-user-blk,
-    /// the default) or as an SD host controller carrying raw MMC requests (--transport mmc,
-    /// docs/virtio-mmc.md).
+    /// Serve the card to a QEMU guest: as a block device (vhost-user-blk, the default), as
+    /// an SD host controller carrying raw MMC requests (--transport mmc,
+    /// docs/virtio-mmc.md), or as an SDHCI controller on PCI over vfio-user that the
+    /// guest's own sdhci-pci drives (--transport sdhci, docs/sdhci-transport.md).
     Serve(emmc_frontend::serve::ServeArgs),
     /// Talk to a running daemon's control socket (`serve --control PATH`).
     Control(emmc_frontend::control::ControlArgs),
