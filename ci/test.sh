@@ -4,7 +4,8 @@
 # Run from anywhere; exits non-zero on the first failure.
 #
 #   ci/test.sh              everything (the guest tests need root the first time: they
-#                           apt-get install QEMU 10, a Debian kernel, busybox-static, fio)
+#                           apt-get install QEMU 10, a Debian kernel, busybox-static, fio,
+#                           mmc-utils, and build QEMU 11.1's trixie root)
 #   ci/test.sh --no-guest   everything but the guest tests
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -57,10 +58,25 @@ if [[ $guest == 1 ]]; then
     # Eight guest boots, about 2.5 minutes.
     echo "== guest simulated vs measured: generic-emmc45, toshiba-mmc32g (±10%)"
     guest-tests/sim-vs-guest.sh --no-build
+    # Issue 14: the guest's own sdhci-pci, MMC core and mmc_block drive the daemon's
+    # SDHCI controller over QEMU 11.1's vfio-user-pci (the first run builds QEMU 11.1's
+    # trixie root, about 5 minutes, and fetches trixie's kernel). About 40 s each.
+    echo "== guest sdhci (vfio-user): card set, bookworm's 6.1"
+    guest-tests/run-guest-test.sh --quiet --no-build --disk sdhci
+    echo "== guest sdhci (vfio-user): card set, trixie's 6.12"
+    guest-tests/run-guest-test.sh --quiet --no-build --disk sdhci --kernel 6.12
+    echo "== guest sdhci (vfio-user): toshiba-mmc32g write stalls through mmc_block"
+    guest-tests/run-guest-test.sh --quiet --no-build --disk sdhci --model toshiba-mmc32g --jobs card-stall
+    echo "== guest virtio-mmc: serve --transport mmc on vhost-user-test-device-pci"
+    guest-tests/run-guest-test.sh --quiet --no-build --disk virtio-mmc
+    echo "== guest sdhci vs QEMU's in-process sdhci-pci + emmc (ideal model, 5 s per job)"
+    guest-tests/sdhci-vs-qemu.sh --no-build --runtime 5
 fi
 
 echo "== guest-tests/test_parse_fio.py"
 python3 guest-tests/test_parse_fio.py
+echo "== guest-tests/test_sdhci_checks.py"
+python3 guest-tests/test_sdhci_checks.py
 echo "== guest-tests/test_fidelity.py"
 python3 guest-tests/test_fidelity.py
 

@@ -176,6 +176,9 @@ def main():
     ap.add_argument("--expect-errors", default="",
                     help="job files (comma separated) that must report I/O errors: "
                          "faults were injected while they ran")
+    ap.add_argument("--allow-errors", default="",
+                    help="job files (comma separated) that may report I/O errors (EIO "
+                         "only) but need not: a power cut the guest may recover from")
     args = ap.parse_args()
     modelled = modelled_latencies(args.model_trace) if args.model_trace else None
 
@@ -207,12 +210,13 @@ def main():
         print()
 
     expect_errors = {j for j in args.expect_errors.split(",") if j}
+    allow_errors = {j for j in args.allow_errors.split(",") if j} | expect_errors
     for name in [j for j in args.jobs.split(",") if j]:
         section = parsed["fio"].get(name)
         if section is None:
             failures.append(f"{name}.fio: no output")
             continue
-        if section["rc"] != 0 and name not in expect_errors:
+        if section["rc"] != 0 and name not in allow_errors:
             failures.append(f"{name}.fio: fio exited {section['rc']}")
         try:
             doc = fio_json(section["text"])
@@ -226,7 +230,7 @@ def main():
             total_err = int(job.get("total_err", 0))
             file_errors += total_err
             first = int(job.get("first_error", 0))
-            if name in expect_errors:
+            if name in allow_errors:
                 # Injected faults: I/O errors are expected, and only I/O errors.
                 for code in (err, first):
                     if code not in (0, errno.EIO):
@@ -262,7 +266,7 @@ def main():
     allowed_dmesg = [line for line in parsed["dmesg"] if DMESG_BAD.search(line)
                      and allow and allow.search(line)]
     bad_dmesg = [line for line in parsed["dmesg"] if DMESG_BAD.search(line)
-                 and not (expect_errors and DMESG_IO_ERROR.search(line))
+                 and not (allow_errors and DMESG_IO_ERROR.search(line))
                  and not (allow and allow.search(line))]
     for line in bad_dmesg[:10]:
         failures.append(f"guest kernel: {line.strip()}")

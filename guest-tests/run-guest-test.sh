@@ -46,9 +46,15 @@ any fio or verification error, guest I/O error, timeout, backend death, or a
 completion latency below the expected minimum.
 
 Options (environment variable in brackets):
-  --disk vhost-user-blk|qemu-sdhci|virtio-mmc
+  --disk vhost-user-blk|sdhci|qemu-sdhci|virtio-mmc
                               what the guest gets [GUEST_DISK]:
                               vhost-user-blk (default): /dev/vda from --backend;
+                              sdhci: vhost-user-emmc serve --transport sdhci, an
+                              SDHCI controller on QEMU's vfio-user-pci that the
+                              guest's sdhci-pci, MMC core and mmc_block drive
+                              (job set card: /dev/mmcblk0 and its partitions,
+                              EXT_CSD, fio, RPMB, discard, flush, CRC errors, a
+                              power cut);
                               qemu-sdhci: QEMU's own sdhci-pci and emmc devices on a
                               raw image, no daemon (the baseline the project's
                               SDHCI transport is compared with; job set sdhci);
@@ -56,13 +62,15 @@ Options (environment variable in brackets):
                               on QEMU's vhost-user-test-device-pci (job set
                               virtio-mmc: the guest enumerates the device).
                               Both need QEMU 11.1 and default to --qemu 11
+  --pci-identity ID           PCI identity for --disk sdhci (default: the
+                              daemon's, intel-apl) [GUEST_PCI_IDENTITY]
   --virtio-id N               virtio device ID for --disk virtio-mmc (default 21)
                               [GUEST_VIRTIO_ID]
   --backend emmc|qsd          emmc: vhost-user-emmc serve (default); qsd:
                               qemu-storage-daemon on a raw file [GUEST_BACKEND]
   --model M                   device model for the emmc backend
                               (default generic-emmc45) [GUEST_MODEL]
-  --jobs quick|full|faults|fidelity|sdhci|virtio-mmc
+  --jobs quick|full|faults|fidelity|sdhci|virtio-mmc|card|card-stall|sdhci-perf
                               job set: quick (CI, about 1 min of fio),
                               full (larger, adds queue depth 8), faults
                               (data CRC errors and a power cut injected through
@@ -71,7 +79,11 @@ Options (environment variable in brackets):
                               fidelity (the jobs guest-tests/sim-vs-guest.sh
                               compares with the simulator, all in one boot;
                               that script runs them one per boot); sdhci and
-                              virtio-mmc go with the --disk of that name
+                              virtio-mmc go with the --disk of that name;
+                              card (the default of --disk sdhci), card-stall
+                              (write stalls through mmc_block, for
+                              toshiba-mmc32g) and sdhci-perf (random and
+                              sequential figures) with --disk sdhci
                               (default: quick, or the disk's own set) [GUEST_JOBS]
   --expect-min-write-lat-us N fail if any fio write completes faster than N us
                               (derive N from the model; 0 = no check)
@@ -133,6 +145,7 @@ die() {
 # ---------------------------------------------------------------- options
 DISK=${GUEST_DISK:-vhost-user-blk}
 VIRTIO_ID=${GUEST_VIRTIO_ID:-$VIRTIO_MMC_ID_DEFAULT}
+PCI_IDENTITY=${GUEST_PCI_IDENTITY:-}
 BACKEND=${GUEST_BACKEND:-emmc}
 MODEL=${GUEST_MODEL:-generic-emmc45}
 JOBSET=${GUEST_JOBS:-}
@@ -163,6 +176,7 @@ while [[ $# -gt 0 ]]; do
     case $1 in
     --disk) need_arg "$@"; DISK=$2; shift 2 ;;
     --virtio-id) need_arg "$@"; VIRTIO_ID=$2; shift 2 ;;
+    --pci-identity) need_arg "$@"; PCI_IDENTITY=$2; shift 2 ;;
     --backend) need_arg "$@"; BACKEND=$2; shift 2 ;;
     --model) need_arg "$@"; MODEL=$2; shift 2 ;;
     --jobs) need_arg "$@"; JOBSET=$2; shift 2 ;;
@@ -208,12 +222,12 @@ KERNEL_SUITE=bookworm
 # generic vhost-user device are in QEMU 11.1, not 10.
 case $DISK in
 vhost-user-blk) : "${JOBSET:=quick}" ;;
-qemu-sdhci | virtio-mmc)
-    : "${JOBSET:=${DISK#qemu-}}"
+qemu-sdhci | virtio-mmc | sdhci)
+    if [[ $DISK == sdhci ]]; then : "${JOBSET:=card}"; else : "${JOBSET:=${DISK#qemu-}}"; fi
     : "${QEMU:=11}"
     [[ $QEMU != 10 ]] || die "--disk $DISK needs QEMU 11.1 (--qemu 11)"
     ;;
-*) die "--disk must be vhost-user-blk, qemu-sdhci or virtio-mmc, not '$DISK'" ;;
+*) die "--disk must be vhost-user-blk, sdhci, qemu-sdhci or virtio-mmc, not '$DISK'" ;;
 esac
 QEMU11=0
 case $QEMU in
@@ -268,10 +282,43 @@ virtio-mmc)
     : "${TIMEOUT:=120}"
     [[ $DISK == virtio-mmc ]] || die "--jobs virtio-mmc needs --disk virtio-mmc"
     ;;
-*) die "--jobs must be quick, full, faults, fidelity, sdhci or virtio-mmc, not '$JOBSET'" ;;
+card)
+    # The daemon's SDHCI controller (--disk sdhci), each feature through the guest's
+    # own MMC stack: what the guest sees and the bus it chose, EXT_CSD byte by byte
+    # against inspect, fio verify on the user area and boot partition 0, RPMB, discard
+    # and secure discard, fsync as FLUSH_CACHE, write CRC errors from the fault plan
+    # retried, and a power cut from the control socket while fio runs (the
+    # faults-* jobs; see power_cut_driver). The host checks the daemon's command log
+    # (sdhci-checks.py).
+    GT=([GT_JOBS]="sdhci-probe,card-extcsd,verify,card-boot-unlock,card-boot,card-rpmb,card-discard,card-fsync,card-crc,faults-prep,faults-io,faults-verify"
+        [GT_DEV]=/dev/mmcblk0 [GT_BOUND]=30 [GT_VERIFY_SIZE]=2m [GT_VERIFY_SEQ_SIZE]=8m
+        [GT_DISCARD_OFFSET]=$((300 * 1024 * 1024)) [GT_SECDISCARD_OFFSET]=$((304 * 1024 * 1024))
+        [GT_DISCARD_LEN]=$((1024 * 1024)) [GT_FSYNC_OFFSET]=320m
+        [GT_CRC_OFFSET]=384m [GT_CRC_SIZE]=2m
+        [GT_FAULT_OFFSET]=512m [GT_FAULT_SIZE]=8m [GT_SCRATCH_OFFSET]=640m
+        [GT_SCRATCH_SIZE]=64m [GT_RUNTIME]=6)
+    : "${TIMEOUT:=400}"
+    [[ $DISK == sdhci ]] || die "--jobs card needs --disk sdhci"
+    ;;
+card-stall)
+    GT=([GT_JOBS]="sdhci-probe,card-stall" [GT_DEV]=/dev/mmcblk0
+        [GT_STALL_OFFSET]=$((256 * 1024 * 1024))
+        [GT_STALL_OFFSET_CROSS]=$((256 * 1024 * 1024 + 8192 - 512)))
+    : "${TIMEOUT:=300}"
+    [[ $DISK == sdhci ]] || die "--jobs card-stall needs --disk sdhci"
+    ;;
+sdhci-perf)
+    # The figures guest-tests/sdhci-vs-qemu.sh puts beside QEMU's in-process card.
+    GT=([GT_JOBS]="sdhci-probe,sdhci-randread,sdhci-seqread,sdhci-seqwrite"
+        [GT_DEV]=/dev/mmcblk0 [GT_SDHCI_SPAN]=512m [GT_SDHCI_SEQ_SIZE]=64m
+        [GT_SDHCI_WRITE_OFFSET]=640m [GT_RUNTIME]=10)
+    : "${TIMEOUT:=240}"
+    [[ $DISK == sdhci ]] || die "--jobs sdhci-perf needs --disk sdhci"
+    ;;
+*) die "--jobs must be quick, full, faults, fidelity, sdhci, virtio-mmc, card, card-stall or sdhci-perf, not '$JOBSET'" ;;
 esac
 case $JOBSET in
-sdhci | virtio-mmc) ;;
+sdhci | virtio-mmc | card | card-stall | sdhci-perf) ;;
 *) [[ $DISK == vhost-user-blk ]] || die "--disk $DISK runs --jobs ${DISK#qemu-} only" ;;
 esac
 for kv in "${FIO_VARS[@]}"; do
@@ -304,6 +351,12 @@ virtio-mmc)
     [[ $BACKEND == emmc ]] || die "--disk virtio-mmc needs the emmc backend"
     # RUST_LOG=info: the daemon logs each frontend session (attached, detached).
     : "${BACKEND_CMD:=env RUST_LOG=info @BIN@ serve --transport mmc --socket @SOCK@ --model @MODEL@ --image @IMAGE@ --timing realtime --control @CONTROL@}"
+    ;;
+sdhci)
+    [[ $BACKEND == emmc ]] || die "--disk sdhci needs the emmc backend"
+    # The command log is what the host checks the guest's commands in; the fault
+    # plan (job set card) fails some writes' data CRC.
+    : "${BACKEND_CMD:=env RUST_LOG=info @BIN@ serve --transport sdhci @PCI_IDENTITY@ --socket @SOCK@ --model @MODEL@ --image @IMAGE@ --timing realtime --cmd-log @CMDLOG@ --control @CONTROL@ @FAULT_PLAN@}"
     ;;
 esac
 case $BACKEND in
@@ -623,6 +676,13 @@ expand_template() {
     t=${t//@SIZE@/$(printf '%q' "$IMAGE_SIZE")}
     t=${t//@TRACE@/$(printf '%q' "$TRACE")}
     t=${t//@CONTROL@/$(printf '%q' "$CONTROL")}
+    t=${t//@CMDLOG@/$(printf '%q' "$CMDLOG")}
+    local opt=
+    [[ -z $PCI_IDENTITY ]] || opt="--pci-identity $(printf '%q' "$PCI_IDENTITY")"
+    t=${t//@PCI_IDENTITY@/$opt}
+    opt=
+    [[ ! -s ${FAULT_PLAN:-} ]] || opt="--fault-plan $(printf '%q' "$FAULT_PLAN")"
+    t=${t//@FAULT_PLAN@/$opt}
     printf '%s' "$t"
 }
 
@@ -668,6 +728,27 @@ size_bytes() {
     *g) echo $((${v%g} * 1024 * 1024 * 1024)) ;;
     *) echo "$v" ;;
     esac
+}
+# The card set's power cut (--disk sdhci): once the guest runs faults-io (writes and
+# reads, continue_on_error), cut the card's power through the control socket; the
+# daemon keeps serving and the guest's MMC core must bring the card back.
+power_cut_driver() {
+    local i
+    exec >>"$WORK/control.log" 2>&1
+    for ((i = 0; i < TIMEOUT * 10; i++)); do
+        grep -q '^@@GT-JOB-START faults-io@@' "$DATA" 2>/dev/null && break
+        sleep 0.1
+    done
+    grep -q '^@@GT-JOB-START faults-io@@' "$DATA" 2>/dev/null || {
+        echo "the guest never started faults-io"
+        return 1
+    }
+    sleep 2
+    echo "power cut at $(date +%T.%N)"
+    control power-cut || return 1
+    sleep 3
+    control stats >"$WORK/stats.json" || return 1
+    python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print("stats after the cut:", json.dumps(s.get("transport", {})), "injections", json.dumps(s.get("faults", {}).get("injections_total")))' "$WORK/stats.json" || true
 }
 # After the run: the daemon counted the injections and reset the card after the cut.
 check_fault_stats() {
@@ -732,6 +813,27 @@ TRACE=$WORK/serve.trace
 SOCK=$WORK/vhost.sock
 # The daemon's control socket (faults, power cuts, statistics).
 CONTROL=$WORK/control.sock
+# --disk sdhci: every MMC command the guest sent, and the fault plan of the card set.
+CMDLOG=$WORK/cmd.log
+FAULT_PLAN=
+if [[ $JOBSET == card ]]; then
+    FAULT_PLAN=$WORK/faults.toml
+    crc_start=$(($(size_bytes "${GT[GT_CRC_OFFSET]}") / 512))
+    crc_end=$((crc_start + $(size_bytes "${GT[GT_CRC_SIZE]}") / 512))
+    cat >"$FAULT_PLAN" <<EOF
+# run-guest-test.sh --jobs card: in card-crc.fio's region, every 25th write's data
+# CRC fails, six times. Sparse on purpose: after an error Linux 6.1 writes the
+# request again one sector at a time, and a denser rule (every 7th) fails one of
+# those single-sector writes often enough to exhaust mmc_block's retries (EIO).
+[[rule]]
+name = "write data CRC in card-crc's region"
+direction = "write"
+lba = { start = $crc_start, end = $crc_end }
+every = 25
+count = 6
+effect = { kind = "data_crc" }
+EOF
+fi
 IMAGE=$WORK/disk.img
 if [[ -n $IMAGE_DIR ]]; then
     IMAGE_TMPDIR=$(mktemp -d "$IMAGE_DIR/guest-test-image.XXXXXX") || die "cannot create a directory in $IMAGE_DIR"
@@ -795,6 +897,11 @@ virtio-mmc)
         -device "vhost-user-test-device-pci,chardev=mmc0,virtio-id=$VIRTIO_ID,num_vqs=3,config_size=48"
         -trace vhost_user_write -trace vhost_user_read)
     ;;
+sdhci)
+    # The daemon's controller as a PCI function; guest RAM is the shared memfd above,
+    # which the daemon maps for the controller's DMA.
+    qemu+=(-device "{\"driver\":\"vfio-user-pci\",\"socket\":{\"type\":\"unix\",\"path\":\"$SOCK\"}}")
+    ;;
 esac
 log "QEMU: ${qemu[*]}"
 : >"$CONSOLE"
@@ -813,6 +920,9 @@ failures=()
 FAULT_PID=
 if [[ $JOBSET == faults ]]; then
     fault_driver &
+    FAULT_PID=$!
+elif [[ $JOBSET == card ]]; then
+    power_cut_driver &
     FAULT_PID=$!
 fi
 boot_start=$SECONDS
@@ -857,7 +967,7 @@ if [[ -n $FAULT_PID ]]; then
     sed 's/^/control: /' "$WORK/control.log"
     if [[ $fault_rc != 0 ]]; then
         failures+=("the fault driver could not inject its faults (control.log above)")
-    else
+    elif [[ $JOBSET == faults ]]; then
         check_fault_stats || failures+=("the daemon's statistics do not show the faults")
     fi
 fi
@@ -880,6 +990,13 @@ else
     fi
 fi
 BACKEND_PID=
+if [[ $DISK == sdhci ]]; then
+    # The card's registers as the daemon left them in the image (the guest has shut
+    # down, the daemon has written its cache back): sdhci-checks.py compares the
+    # guest's EXT_CSD with these and with the model's.
+    "$BIN" inspect --image "$IMAGE" >"$WORK/inspect-after.txt" 2>&1 ||
+        failures+=("vhost-user-emmc inspect --image failed")
+fi
 remove_image
 if grep -qiE 'panicked at|segmentation fault|core dumped' "$BACKEND_LOG"; then
     failures+=("the backend log shows a crash (see below)")
@@ -889,6 +1006,21 @@ if [[ ${#failures[@]} -gt 0 || -n $(grep -v '^\s*$' "$BACKEND_LOG" || true) ]]; 
     tail -n 20 "$BACKEND_LOG"
 fi
 
+if [[ $DISK == sdhci ]]; then
+    echo
+    log "the card through the guest's MMC stack (sdhci-checks.py)"
+    checks_rc=0
+    "$BIN" inspect --model "$MODEL" >"$WORK/inspect-model.txt" 2>&1 || true
+    python3 "$HERE/sdhci-checks.py" --jobs "$JOBSET" --data "$DATA" --cmd-log "$CMDLOG" \
+        --inspect-model "$WORK/inspect-model.txt" --inspect-after "$WORK/inspect-after.txt" \
+        --gt "$(for k in "${!GT[@]}"; do printf '%s=%s ' "$k" "${GT[$k]}"; done)" \
+        --summary-json "$WORK/sdhci-checks.json" || checks_rc=$?
+    [[ $checks_rc == 0 ]] || failures+=("the card checks failed (sdhci-checks.py above)")
+    if [[ -n $SAVE_DIR ]]; then
+        mkdir -p "$SAVE_DIR"
+        cp "$WORK/sdhci-checks.json" "$CMDLOG" "$SAVE_DIR/" 2>/dev/null || true
+    fi
+fi
 if [[ $DISK == virtio-mmc ]]; then
     # The session: QEMU's trace of the vhost-user messages, and the daemon's log.
     echo
@@ -905,6 +1037,10 @@ echo
 log "results ($DISK, $([[ $BACKEND == none ]] || echo "$BACKEND backend, model $MODEL, ")set $JOBSET)"
 expect_errors=
 [[ $JOBSET != faults ]] || expect_errors=faults-io
+# The card set's power cut: the guest may recover (mmc_blk resets the card) or pass
+# EIO up; either is fine, other errors are not.
+allow_errors=
+[[ $JOBSET != card ]] || allow_errors=faults-io
 # QEMU's eMMC is known to fail writes and CMD8 through the ioctl: its mmc0 and
 # mmcblk0 errors are what the sdhci jobs report, not failures of the run.
 dmesg_allow=
@@ -913,7 +1049,7 @@ fio_jobs=$(IFS=,; echo "${FIO_JOBS[*]}")
 sh_jobs=$(IFS=,; echo "${SH_JOBS[*]}")
 parse=(python3 "$HERE/parse-fio.py" "$DATA" --jobs "$fio_jobs" --sh-jobs "$sh_jobs"
     --dmesg-allow "$dmesg_allow"
-    --expect-errors "$expect_errors"
+    --expect-errors "$expect_errors" --allow-errors "$allow_errors"
     --expect-min-write-lat-us "$EXPECT_WRITE_US" --expect-min-read-lat-us "$EXPECT_READ_US"
     --summary-json "${SUMMARY_JSON:-$WORK/summary.json}")
 [[ -s $TRACE ]] && parse+=(--model-trace "$TRACE")
