@@ -45,14 +45,14 @@ cargo run --release --quiet -- simulate --workload power-cut --cuts 500 --seed 8
 
 if [[ $guest == 1 ]]; then
     echo "== guest boot-and-fio: default model (generic-emmc45)"
-    guest-tests/run-guest-test.sh --quiet
+    guest-tests/run-guest-test.sh --quiet --disk vhost-user-blk
     # A model whose small writes take milliseconds: the guest must see at least that.
     echo "== guest boot-and-fio: toshiba-mmc32g (latency floor from the model)"
-    guest-tests/run-guest-test.sh --quiet --no-build --model toshiba-mmc32g
+    guest-tests/run-guest-test.sh --quiet --no-build --disk vhost-user-blk --model toshiba-mmc32g
     # Faults through the control socket while fio runs: EIO in the guest, a power cut
     # the host driver recovers from, the durable data intact.
     echo "== guest boot-and-fio: injected faults and a power cut (generic-emmc45)"
-    guest-tests/run-guest-test.sh --quiet --no-build --jobs faults
+    guest-tests/run-guest-test.sh --quiet --no-build --disk vhost-user-blk --jobs faults
     # Simulated vs measured (docs/fidelity.md): fio's bandwidth and p50 in the guest
     # against the simulator's replay of the daemon's trace, both models, within 10%.
     # Eight guest boots, about 2.5 minutes.

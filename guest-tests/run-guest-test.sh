@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Boot a Linux guest under QEMU (TCG) on a vhost-user-blk disk served by a
-# backend (vhost-user-emmc by default), run fio in the guest, and check the
-# results: data verification, I/O errors, and a latency floor from the model.
-# With --disk, the guest gets QEMU 11.1's own SDHCI controller and eMMC instead
-# (the baseline), or the daemon's virtio-mmc transport on a generic vhost-user device.
+# Boot a Linux guest under QEMU (TCG) on the card and check what it does with it.
+# By default (--disk sdhci) the daemon serves an SDHCI controller over vfio-user to
+# QEMU 11.1, the guest's own sdhci-pci, MMC core and mmc_block drive the card, and
+# the guest checks EXT_CSD, fio with verification, RPMB, discard, flush, CRC errors
+# and a power cut. --disk vhost-user-blk boots on a vhost-user-blk disk served by a
+# backend (vhost-user-emmc by default) and runs fio with a latency floor from the
+# model; --disk qemu-sdhci is QEMU's own SDHCI controller and eMMC (the baseline);
+# --disk virtio-mmc the daemon's virtio-mmc transport on a generic vhost-user device.
 #
 # Run as root on Debian bookworm; installs what it needs (QEMU 10 from
 # bookworm-backports, one pinned Debian kernel package, busybox-static, fio,
@@ -40,21 +43,22 @@ usage() {
     cat <<'EOF'
 Usage: guest-tests/run-guest-test.sh [options]
 
-Boots a Debian kernel under QEMU (TCG, no KVM) with a vhost-user-blk disk served
-by a backend, runs fio jobs in the guest, prints a summary and exits non-zero on
-any fio or verification error, guest I/O error, timeout, backend death, or a
-completion latency below the expected minimum.
+Boots a Debian kernel under QEMU (TCG, no KVM) on the card — by default an SDHCI
+controller the daemon serves over vfio-user, which the guest's own MMC stack
+drives (--disk sdhci) —, runs the job set in the guest, prints a summary and exits
+non-zero on any fio or verification error, failed check, guest I/O error, timeout,
+backend death, or a completion latency below the expected minimum.
 
 Options (environment variable in brackets):
   --disk vhost-user-blk|sdhci|qemu-sdhci|virtio-mmc
                               what the guest gets [GUEST_DISK]:
-                              vhost-user-blk (default): /dev/vda from --backend;
-                              sdhci: vhost-user-emmc serve --transport sdhci, an
+                              sdhci (default): vhost-user-emmc serve --transport sdhci, an
                               SDHCI controller on QEMU's vfio-user-pci that the
                               guest's sdhci-pci, MMC core and mmc_block drive
                               (job set card: /dev/mmcblk0 and its partitions,
                               EXT_CSD, fio, RPMB, discard, flush, CRC errors, a
                               power cut);
+                              vhost-user-blk: /dev/vda from --backend (job set quick);
                               qemu-sdhci: QEMU's own sdhci-pci and emmc devices on a
                               raw image, no daemon (the baseline the project's
                               SDHCI transport is compared with; job set sdhci);
@@ -143,7 +147,7 @@ die() {
 }
 
 # ---------------------------------------------------------------- options
-DISK=${GUEST_DISK:-vhost-user-blk}
+DISK=${GUEST_DISK:-}
 VIRTIO_ID=${GUEST_VIRTIO_ID:-$VIRTIO_MMC_ID_DEFAULT}
 PCI_IDENTITY=${GUEST_PCI_IDENTITY:-}
 BACKEND=${GUEST_BACKEND:-emmc}
@@ -217,6 +221,16 @@ esac
 [[ $KERNEL_PKG =~ ^linux-image-[0-9][A-Za-z0-9.+~-]*-amd64$ ]] || die "not a kernel package name: $KERNEL_PKG"
 KERNEL_SUITE=bookworm
 [[ $KERNEL_PKG != *+deb13-* ]] || KERNEL_SUITE=trixie
+
+# Without --disk: sdhci, unless the other options are the vhost-user-blk path's (another
+# backend, or one of its job sets).
+if [[ -z $DISK ]]; then
+    case $BACKEND:$BACKEND_CMD:$JOBSET in
+    emmc::quick | emmc::full | emmc::faults | emmc::fidelity) DISK=vhost-user-blk ;;
+    emmc::*) DISK=sdhci ;;
+    *) DISK=vhost-user-blk ;;
+    esac
+fi
 
 # The disk decides the default job set and which QEMU: QEMU's own eMMC and the
 # generic vhost-user device are in QEMU 11.1, not 10.

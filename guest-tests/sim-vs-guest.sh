@@ -122,7 +122,7 @@ boot() {
     local model=$1 name=$2 jobs=$3
     echo "== $model: $jobs"
     rm -rf "${OUT:?}/$name"
-    if RUST_LOG=${RUST_LOG:-info} guest-tests/run-guest-test.sh --quiet --no-build --bin "$BIN" --model "$model" \
+    if RUST_LOG=${RUST_LOG:-info} guest-tests/run-guest-test.sh --quiet --no-build --disk vhost-user-blk --bin "$BIN" --model "$model" \
         --jobs fidelity --fio-var "GT_JOBS=$jobs" "${FIO_VARS[@]}" "${PASS[@]}" \
         --image-dir "$IMAGE_DIR" \
         --save "$OUT/$name" >"$OUT/$name.log" 2>&1; then
