@@ -2,7 +2,8 @@
 # The daemon's SDHCI controller (serve --transport sdhci on QEMU 11.1's vfio-user-pci)
 # against QEMU 11.1's in-process sdhci-pci + emmc, one after the other with the same
 # guest kernel: 4 KiB random reads at queue depth 16 (IOPS), 1 MiB sequential reads
-# and writes (MiB/s). The daemon runs the `ideal` model (no card time), so both
+# and writes (MiB/s), and one MMIO read of the controller as the guest sees it
+# (guest-tests/mmio-probe.c). The daemon runs the `ideal` model (no card time), so both
 # figures are what the controller path itself costs under TCG.
 #
 #   guest-tests/sdhci-vs-qemu.sh [--kernel 6.1|6.12] [--runtime S] [--out DIR] [--no-build]
@@ -79,6 +80,14 @@ def bus(name):
     return (f"{w.group(1) if w else '?'}-bit {t.group(1) if t else '?'} "
             f"{int(c.group(1)) // 1000000 if c else '?'} MHz")
 
+def mmio_ns(name):
+    try:
+        text = open(f"{out}/{name}/data.log", errors="replace").read()
+    except OSError:
+        return None
+    m = re.search(r"MMIO-ROUNDTRIP: ([0-9.]+) ns per read", text)
+    return float(m.group(1)) if m else None
+
 def qemu_writes():
     try:
         text = open(f"{out}/qemu/data.log", errors="replace").read()
@@ -105,6 +114,7 @@ print(f"{'bus the guest chose':<34} {bus('qemu'):>24} {bus('daemon'):>24}")
 print(f"{'4 KiB random read, QD16 (IOPS)':<34} {f(q_iops):>24} {f(d_iops):>24}")
 print(f"{'1 MiB sequential read (MiB/s)':<34} {f(q_rd, 1024, '{:.2f}'):>24} {f(d_rd, 1024, '{:.2f}'):>24}")
 print(f"{'1 MiB sequential write (MiB/s)':<34} {f(q_wr, 1, '{:.2f}'):>24} {f(d_wr, 1024, '{:.2f}'):>24}")
+print(f"{'one MMIO read, guest side (us)':<34} {f(mmio_ns('qemu'), 1000, '{:.1f}'):>24} {f(mmio_ns('daemon'), 1000, '{:.1f}'):>24}")
 print(f"QEMU's writes: {q_wres}")
 ok = True
 if d_wr is None or d_wr <= 0:
