@@ -376,7 +376,11 @@ esac
 case $BACKEND in
 none) ;;
 emmc)
-    : "${BACKEND_CMD:=@BIN@ serve --socket @SOCK@ --model @MODEL@ --image @IMAGE@ --timing realtime --trace @TRACE@ --control @CONTROL@}"
+    # The faults set keeps the daemon's command log too: what the card saw around the
+    # power cut, in the run directory a failure leaves behind.
+    cmdlog_opt=
+    [[ $JOBSET != faults ]] || cmdlog_opt=" --cmd-log @CMDLOG@"
+    : "${BACKEND_CMD:=@BIN@ serve --socket @SOCK@ --model @MODEL@ --image @IMAGE@ --timing realtime --trace @TRACE@ --control @CONTROL@$cmdlog_opt}"
     : "${IMAGE_CMD:=@BIN@ image create --model @MODEL@ @IMAGE@}"
     ;;
 qsd)
@@ -1079,6 +1083,7 @@ if [[ -n $SAVE_DIR ]]; then
     cp "$DATA" "$SAVE_DIR/data.log"
     tr -d '\r' <"$CONSOLE" >"$SAVE_DIR/console.log"
     [[ ! -f $TRACE ]] || cp "$TRACE" "$SAVE_DIR/serve.trace"
+    [[ ! -f $CMDLOG ]] || cp "$CMDLOG" "$SAVE_DIR/cmd.log"
     log "saved data.log, console.log$([[ -f $TRACE ]] && echo ', serve.trace') in $SAVE_DIR"
 fi
 

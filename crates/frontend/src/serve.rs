@@ -490,9 +490,15 @@ pub fn run_daemon<B: ServedBackend>(
             Ok(()) => log::info!("frontend detached"),
             Err(e) => log::info!("frontend detached: {e:?}"),
         }
-        backend
-            .restart()
-            .map_err(|e| format!("card restart: {e}"))?;
+        // A card that cannot be brought up again is the next frontend's problem to see
+        // (its requests fail, and the driver's recovery re-initialises the card), not a
+        // reason for the daemon to go: it would take the image's other sessions with it.
+        if let Err(e) = backend.restart() {
+            log::error!(
+                "card restart after the frontend left: {e}; serving the next frontend \
+                 anyway (its first failed request re-initialises the card)"
+            );
+        }
     }
 }
 

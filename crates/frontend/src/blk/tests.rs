@@ -724,3 +724,114 @@ fn an_injected_persistent_error_is_ioerr_and_the_device_keeps_serving() {
     assert_eq!(read(&mut rig, 2048, 4096), data);
     assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_OK);
 }
+
+/// The frontend leaves while the card is still programming its last write (or busy with
+/// anything else): the restart waits for the card, writes back, power-cycles it and
+/// brings it up again. A command sent to a busy card is one it does not answer.
+#[test]
+fn a_frontend_leaving_while_the_card_programs_is_followed_by_a_clean_restart() {
+    let mut m = model(3_000_000);
+    m.ext_csd.cache_size = 0;
+    let layout = Card::layout_for(&m);
+    let card = Card::new(m.clone(), Box::new(MemStore::new(layout))).unwrap();
+    let mut target = CardTarget::new(card, &m, &DriverPolicy::default()).unwrap();
+    let guest: GuestMemoryMmap =
+        GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x10_0000)]).unwrap();
+    guest
+        .write_slice(&[9u8; 4096], GuestAddress(0x1000))
+        .unwrap();
+    let mem = GuestMemoryAtomic::new(guest);
+    target.set_memory(Some(mem.clone()));
+    let guest = mem.memory();
+    let write = Request {
+        kind: RequestKind::Write,
+        sector: 64,
+        data: vec![Segment {
+            addr: GuestAddress(0x1000),
+            len: 4096,
+        }],
+        data_len: 4096,
+        ranges: Vec::new(),
+        status: GuestAddress(0x8000),
+    };
+    let t0 = target.now();
+    target.submit(&*guest, 0, write, t0);
+    target.run_until(t0 + 500_000);
+    assert!(
+        target.card().busy_until().is_some_and(|t| t > target.now()),
+        "the card is still programming when the frontend goes"
+    );
+    target.set_memory(None);
+    target
+        .restart()
+        .expect("the card comes back up for the next frontend");
+    let mut back = vec![0u8; 4096];
+    target
+        .driver_mut()
+        .host_mut()
+        .card
+        .peek(emmc_card::Partition::User, 64, &mut back)
+        .unwrap();
+    assert!(back.iter().all(|&b| b == 9), "the write was programmed");
+}
+
+/// A power cut while the card programs, the driver's recovery, more writes, then the
+/// frontend leaves: the restart brings the card up again (the guest test's faults set).
+#[test]
+fn a_restart_after_a_power_cut_and_the_drivers_recovery_brings_the_card_up() {
+    let m = model(3_000_000);
+    let layout = Card::layout_for(&m);
+    let card = Card::new(m.clone(), Box::new(MemStore::new(layout))).unwrap();
+    let mut target = CardTarget::new(card, &m, &DriverPolicy::default()).unwrap();
+    let guest: GuestMemoryMmap =
+        GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x10_0000)]).unwrap();
+    guest
+        .write_slice(&[5u8; 0x8000], GuestAddress(0x1000))
+        .unwrap();
+    let mem = GuestMemoryAtomic::new(guest);
+    target.set_memory(Some(mem.clone()));
+    let guest = mem.memory();
+    let request = |kind, sector| Request {
+        kind,
+        sector,
+        data: vec![Segment {
+            addr: GuestAddress(0x1000),
+            len: 0x8000,
+        }],
+        data_len: 0x8000,
+        ranges: Vec::new(),
+        status: GuestAddress(0xF000),
+    };
+    for round in 0..4u64 {
+        for i in 0..8u64 {
+            let t = target.now();
+            target.submit(
+                &*guest,
+                i as u16,
+                request(RequestKind::Write, 1024 * round + 64 * i),
+                t,
+            );
+        }
+        let t = target.now();
+        target.run_until(t + 700_000);
+        let h = target.driver_mut().host_mut();
+        let at = emmc_host::mmc::MmcHostOps::now(h);
+        h.card.sudden_power_loss(at, true);
+        target.run_until(Nanos::MAX);
+        let _ = target.take_finished();
+        let t = target.now();
+        target.submit(&*guest, 99, request(RequestKind::Flush, 0), t);
+        target.run_until(t + 1_000);
+        target.set_memory(None);
+        target
+            .restart()
+            .expect("the card comes back up for the next frontend");
+        target.set_memory(Some(mem.clone()));
+        let t = target.now();
+        target.submit(&*guest, 100, request(RequestKind::Read, 0), t);
+        target.run_until(Nanos::MAX);
+        let done = target.take_finished();
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].status, VIRTIO_BLK_S_OK, "round {round}");
+    }
+}
