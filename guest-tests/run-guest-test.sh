@@ -419,8 +419,9 @@ qemu_ok() {
 
 install_packages() {
     local plain=() bpo=() p
-    # mmc-utils: the guest's `mmc` (EXT_CSD, RPMB); a small binary.
-    for p in busybox-static fio cpio kmod mmc-utils; do
+    # mmc-utils: the guest's `mmc` (EXT_CSD, RPMB); a small binary. gcc and libc6-dev
+    # build the guest's static mmio-probe.
+    for p in busybox-static fio cpio kmod mmc-utils gcc libc6-dev; do
         [[ -n $(pkg_version "$p") ]] || plain+=("$p")
     done
     command -v python3 >/dev/null || plain+=(python3)
