@@ -713,17 +713,20 @@ expand_template() {
 # first half of the durable region fail its data CRC for 3 s, then clear that and cut
 # the card's power, all through the daemon's control socket while fio runs.
 control() { "$BIN" control --socket "$CONTROL" "$@"; }
-fault_driver() {
-    local i start end
-    exec >>"$WORK/control.log" 2>&1
+# Wait (at most the run's timeout) until the guest starts job $1.
+wait_for_job() {
+    local i
     for ((i = 0; i < TIMEOUT * 10; i++)); do
-        grep -q '^@@GT-JOB-START faults-io@@' "$DATA" 2>/dev/null && break
+        grep -q "^@@GT-JOB-START $1@@" "$DATA" 2>/dev/null && return 0
         sleep 0.1
     done
-    grep -q '^@@GT-JOB-START faults-io@@' "$DATA" 2>/dev/null || {
-        echo "the guest never started faults-io"
-        return 1
-    }
+    echo "the guest never started $1"
+    return 1
+}
+fault_driver() {
+    local start end
+    exec >>"$WORK/control.log" 2>&1
+    wait_for_job faults-io || return 1
     start=$(($(size_bytes "${GT[GT_FAULT_OFFSET]}") / 512))
     end=$((start + $(size_bytes "${GT[GT_FAULT_SIZE]}") / 1024))
     sleep 2
@@ -755,16 +758,8 @@ size_bytes() {
 # reads, continue_on_error), cut the card's power through the control socket; the
 # daemon keeps serving and the guest's MMC core must bring the card back.
 power_cut_driver() {
-    local i
     exec >>"$WORK/control.log" 2>&1
-    for ((i = 0; i < TIMEOUT * 10; i++)); do
-        grep -q '^@@GT-JOB-START faults-io@@' "$DATA" 2>/dev/null && break
-        sleep 0.1
-    done
-    grep -q '^@@GT-JOB-START faults-io@@' "$DATA" 2>/dev/null || {
-        echo "the guest never started faults-io"
-        return 1
-    }
+    wait_for_job faults-io || return 1
     sleep 2
     echo "power cut at $(date +%T.%N)"
     control power-cut || return 1

@@ -201,6 +201,16 @@ impl ServeArgs {
             TimingArg::Off => Pacing::Off,
         }
     }
+
+    /// The daemon's pacing, with this thread's (and its future threads') timers made
+    /// exact when completions follow the wall clock.
+    pub fn start_pacing(&self) -> Pacing {
+        let pacing = self.pacing();
+        if pacing.is_realtime() {
+            exact_timers();
+        }
+        pacing
+    }
 }
 
 /// What the shared daemon lifecycle needs from a transport's backend.

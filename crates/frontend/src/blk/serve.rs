@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::backend::{EmmcBlkBackend, TIMER_EVENT};
 use super::target::{CardTarget, DriverPolicy};
 use crate::control::{latency_json, pacing_json, Controlled};
-use crate::serve::{exact_timers, open_card, open_cmd_log, run_daemon, ServedBackend};
+use crate::serve::{open_card, open_cmd_log, run_daemon, ServedBackend};
 pub use crate::serve::{ServeArgs, TimingArg};
 
 impl ServedBackend for EmmcBlkBackend {
@@ -52,10 +52,7 @@ impl Controlled for EmmcBlkBackend {
 
 /// Serve the card as a vhost-user-blk device until a signal.
 pub fn serve_blk(args: &ServeArgs) -> Result<(), String> {
-    let pacing = args.pacing();
-    if pacing.is_realtime() {
-        exact_timers();
-    }
+    let pacing = args.start_pacing();
     let (card, model) = open_card(args)?;
     let policy = DriverPolicy {
         packing: args.packing.mode(args.wr_threshold),

@@ -626,6 +626,40 @@ fn in_real_time_a_request_never_starts_before_it_arrived() {
     );
 }
 
+/// A target on an in-memory card of `m`, outside any backend, with 1 MiB of guest memory
+/// holding `len` bytes of `fill` at 0x1000.
+fn bare_target(
+    m: &DeviceModel,
+    fill: u8,
+    len: usize,
+) -> (CardTarget, GuestMemoryAtomic<GuestMemoryMmap>) {
+    let card = Card::new(m.clone(), Box::new(MemStore::new(Card::layout_for(m)))).unwrap();
+    let mut target = CardTarget::new(card, m, &DriverPolicy::default()).unwrap();
+    let guest: GuestMemoryMmap =
+        GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x10_0000)]).unwrap();
+    guest
+        .write_slice(&vec![fill; len], GuestAddress(0x1000))
+        .unwrap();
+    let mem = GuestMemoryAtomic::new(guest);
+    target.set_memory(Some(mem.clone()));
+    (target, mem)
+}
+
+/// A request of one `len`-byte segment at guest address `addr`, its status at 0xF000.
+fn one_segment(kind: RequestKind, sector: u64, addr: u64, len: u32) -> Request {
+    Request {
+        kind,
+        sector,
+        data: vec![Segment {
+            addr: GuestAddress(addr),
+            len,
+        }],
+        data_len: u64::from(len),
+        ranges: Vec::new(),
+        status: GuestAddress(0xF000),
+    }
+}
+
 /// A request that arrives while the driver is already past its arrival (busy with
 /// something it cannot interrupt) enters the driver's queue then, but keeps its true
 /// arrival: the latency the trace records and the pacing sees counts from it.
@@ -633,28 +667,9 @@ fn in_real_time_a_request_never_starts_before_it_arrived() {
 fn a_request_arriving_behind_the_drivers_clock_keeps_its_arrival() {
     let mut m = model(3_000_000);
     m.ext_csd.cache_size = 0;
-    let layout = Card::layout_for(&m);
-    let card = Card::new(m.clone(), Box::new(MemStore::new(layout))).unwrap();
-    let mut target = CardTarget::new(card, &m, &DriverPolicy::default()).unwrap();
-    let guest: GuestMemoryMmap =
-        GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x10_0000)]).unwrap();
-    guest
-        .write_slice(&[7u8; 4096], GuestAddress(0x1000))
-        .unwrap();
-    let mem = GuestMemoryAtomic::new(guest);
-    target.set_memory(Some(mem.clone()));
+    let (mut target, mem) = bare_target(&m, 7, 4096);
     let guest = mem.memory();
-    let request = |kind, addr| Request {
-        kind,
-        sector: 16,
-        data: vec![Segment {
-            addr: GuestAddress(addr),
-            len: 4096,
-        }],
-        data_len: 4096,
-        ranges: Vec::new(),
-        status: GuestAddress(0x8000),
-    };
+    let request = |kind, addr| one_segment(kind, 16, addr, 4096);
     let t0 = target.now();
     target.submit(&*guest, 0, request(RequestKind::Write, 0x1000), t0);
     target.run_until(Nanos::MAX);
@@ -732,28 +747,9 @@ fn an_injected_persistent_error_is_ioerr_and_the_device_keeps_serving() {
 fn a_frontend_leaving_while_the_card_programs_is_followed_by_a_clean_restart() {
     let mut m = model(3_000_000);
     m.ext_csd.cache_size = 0;
-    let layout = Card::layout_for(&m);
-    let card = Card::new(m.clone(), Box::new(MemStore::new(layout))).unwrap();
-    let mut target = CardTarget::new(card, &m, &DriverPolicy::default()).unwrap();
-    let guest: GuestMemoryMmap =
-        GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x10_0000)]).unwrap();
-    guest
-        .write_slice(&[9u8; 4096], GuestAddress(0x1000))
-        .unwrap();
-    let mem = GuestMemoryAtomic::new(guest);
-    target.set_memory(Some(mem.clone()));
+    let (mut target, mem) = bare_target(&m, 9, 4096);
     let guest = mem.memory();
-    let write = Request {
-        kind: RequestKind::Write,
-        sector: 64,
-        data: vec![Segment {
-            addr: GuestAddress(0x1000),
-            len: 4096,
-        }],
-        data_len: 4096,
-        ranges: Vec::new(),
-        status: GuestAddress(0x8000),
-    };
+    let write = one_segment(RequestKind::Write, 64, 0x1000, 4096);
     let t0 = target.now();
     target.submit(&*guest, 0, write, t0);
     target.run_until(t0 + 500_000);
@@ -780,28 +776,9 @@ fn a_frontend_leaving_while_the_card_programs_is_followed_by_a_clean_restart() {
 #[test]
 fn a_restart_after_a_power_cut_and_the_drivers_recovery_brings_the_card_up() {
     let m = model(3_000_000);
-    let layout = Card::layout_for(&m);
-    let card = Card::new(m.clone(), Box::new(MemStore::new(layout))).unwrap();
-    let mut target = CardTarget::new(card, &m, &DriverPolicy::default()).unwrap();
-    let guest: GuestMemoryMmap =
-        GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x10_0000)]).unwrap();
-    guest
-        .write_slice(&[5u8; 0x8000], GuestAddress(0x1000))
-        .unwrap();
-    let mem = GuestMemoryAtomic::new(guest);
-    target.set_memory(Some(mem.clone()));
+    let (mut target, mem) = bare_target(&m, 5, 0x8000);
     let guest = mem.memory();
-    let request = |kind, sector| Request {
-        kind,
-        sector,
-        data: vec![Segment {
-            addr: GuestAddress(0x1000),
-            len: 0x8000,
-        }],
-        data_len: 0x8000,
-        ranges: Vec::new(),
-        status: GuestAddress(0xF000),
-    };
+    let request = |kind, sector| one_segment(kind, sector, 0x1000, 0x8000);
     for round in 0..4u64 {
         for i in 0..8u64 {
             let t = target.now();

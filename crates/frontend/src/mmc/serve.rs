@@ -9,7 +9,7 @@ use super::backend::{EmmcMmcBackend, TIMER_EVENT};
 use super::device::MmcDevice;
 use crate::control::{pacing_json, Controlled};
 use crate::serve::{
-    exact_timers, open_card, open_cmd_log, refuse_blk_options, run_daemon, ServeArgs, ServedBackend,
+    open_card, open_cmd_log, refuse_blk_options, run_daemon, ServeArgs, ServedBackend,
 };
 
 impl ServedBackend for EmmcMmcBackend {
@@ -47,10 +47,7 @@ impl Controlled for EmmcMmcBackend {
 /// Serve the card as a virtio-mmc device until a signal.
 pub fn serve_mmc(args: &ServeArgs) -> Result<(), String> {
     refuse_blk_options(args)?;
-    let pacing = args.pacing();
-    if pacing.is_realtime() {
-        exact_timers();
-    }
+    let pacing = args.start_pacing();
     let (card, model) = open_card(args)?;
     let mut device = MmcDevice::new(card, &model);
     device.set_fault_injector(load_fault_plan(args.fault_plan.as_deref())?);

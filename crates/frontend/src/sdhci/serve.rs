@@ -15,7 +15,7 @@ use super::SdhciBar0;
 use crate::control::{ControlHost, ControlSocket, Controlled};
 use crate::pacing::SpinMargin;
 use crate::pci::{PciHandle, PciOptions, PciServer, SessionEnd};
-use crate::serve::{exact_timers, open_card, open_cmd_log, refuse_blk_options, ServeArgs};
+use crate::serve::{open_card, open_cmd_log, refuse_blk_options, ServeArgs};
 
 /// What the control socket acts on: the controller and card, under the function's lock.
 struct SdhciControl {
@@ -78,10 +78,7 @@ fn controller(args: &ServeArgs) -> Result<(SdhciBar0, String), String> {
 /// Serve the card behind an SDHCI controller over vfio-user until a signal.
 pub fn serve_sdhci(args: &ServeArgs) -> Result<(), String> {
     refuse_blk_options(args)?;
-    let pacing = args.pacing();
-    if pacing.is_realtime() {
-        exact_timers();
-    }
+    let pacing = args.start_pacing();
     let (device, model_name) = controller(args)?;
     let options = PciOptions {
         identity: args.pci_identity,
