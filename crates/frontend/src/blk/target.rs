@@ -56,11 +56,12 @@ pub struct DriverPolicy {
 }
 
 impl Default for DriverPolicy {
-    /// No packing and no reordering: the guest's block layer already scheduled.
+    /// Serve's defaults ([`BlkConfig::served`]).
     fn default() -> Self {
+        let served = BlkConfig::served(&Default::default());
         DriverPolicy {
-            packing: PackingMode::Off,
-            elevator: Elevator::Noop,
+            packing: served.packing,
+            elevator: served.elevator,
         }
     }
 }
@@ -199,9 +200,7 @@ fn driver_config(model: &DeviceModel, policy: &DriverPolicy) -> BlkConfig {
     BlkConfig {
         packing: policy.packing,
         elevator: policy.elevator,
-        // The guest's block layer merged already; each virtio request completes alone.
-        merge: false,
-        ..BlkConfig::for_model(&model.host)
+        ..BlkConfig::served(&model.host)
     }
 }
 

@@ -127,6 +127,20 @@ impl BlkConfig {
         }
     }
 
+    /// The driver `serve` runs in front of the card (the vhost-user-blk transport) and
+    /// the simulator measures through: the model's host with serve's policies: no
+    /// packing, no reordering (the guest's block layer scheduled already) and no merging
+    /// (each virtio request completes on its own). One place, so the figures the
+    /// calibration tests hold are the figures a guest gets.
+    pub fn served(host: &emmc_card::model::HostProfile) -> BlkConfig {
+        BlkConfig {
+            packing: PackingMode::Off,
+            elevator: Elevator::Noop,
+            merge: false,
+            ..BlkConfig::for_model(host)
+        }
+    }
+
     pub(super) fn merge_limits(&self) -> MergeLimits {
         if !self.merge {
             return MergeLimits {
