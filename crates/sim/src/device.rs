@@ -1,23 +1,24 @@
 //! What a simulator workload sees: a block device whose every request takes card time.
 //!
-//! [`CardDevice`] is a card of a device model on a data-less store behind the SDHCI
-//! controller model, brought up in the bus mode of the model's `[host]` section, with each
-//! block request issued as Linux's MMC block driver would (CMD23 + CMD18/CMD25, or
-//! CMD17/CMD24 for one block) and timed as the controller, the bus and the card's timing
-//! model say: host overhead, command exchanges, data blocks on the bus, the card's access
-//! and programming time.
+//! [`CardDevice`] is the path `serve` runs: a card of a device model on a data-less store
+//! behind the SDHCI controller model, driven by the MMC block driver
+//! ([`emmc_host::blkdrv::MmcBlk`]) with serve's configuration ([`BlkConfig::served`]) and
+//! the host of the model's `[host]` section. Each block request is submitted, waits for
+//! the driver and the card, and its latency is what a guest of `serve --timing realtime`
+//! would see beside the transport: the host's preparation (`prepare_ns`), the command
+//! exchanges and their per-request host time (`request_overhead_ns`), data on the bus,
+//! the card's access and programming time, and after a write the CMD13 status check.
+//! Calibration measures the cards through it, so the figures the tests hold are the
+//! figures users get.
 
-use emmc_card::command::ResponseType;
-use emmc_card::ext_csd as ext;
 use emmc_card::model::DeviceModel;
 use emmc_card::store::NullStore;
 use emmc_card::timing::{Bus, Nanos};
-use emmc_card::{r1, Card, CardError};
-use emmc_host::mmc::{HostCaps, MmcError, MmcHost, MMC_CMD23_ARG_REL_WR};
-use emmc_host::sdhci::{MmcCommand, MmcData, MmcRequest, SdhciCompletion, SdhciConfig, SdhciError};
-
-/// CMD38 argument for a discard.
-const DISCARD_ARG: u32 = 0x0000_0003;
+use emmc_card::{Card, CardError};
+use emmc_host::blkdrv::{Advance, BlkConfig, BlkError, MmcBlk};
+use emmc_host::mmc::{MmcError, MmcHost, MmcHostOps};
+use emmc_host::packing::{BlkOp, BlkRequest};
+use emmc_host::sdhci::SdhciConfig;
 
 /// Errors a block request can end with.
 #[derive(Debug, thiserror::Error)]
@@ -26,14 +27,17 @@ pub enum IoError {
     Card(#[from] CardError),
     #[error("bring-up: {0}")]
     BringUp(#[from] MmcError),
-    #[error("CMD{cmd}: host controller error {error:?}")]
-    Host { cmd: u8, error: SdhciError },
-    #[error("CMD{cmd}: status {desc}", desc = r1::describe(*status))]
-    Status { cmd: u8, status: u32 },
-    #[error("data phase: {0}")]
-    Data(#[from] emmc_card::DataError),
+    #[error("{op:?} of {sectors} sectors at {lba}: {error}")]
+    Request {
+        op: BlkOp,
+        lba: u64,
+        sectors: u32,
+        error: BlkError,
+    },
     #[error("request of {sectors} sectors at {lba} is outside the {size}-sector device")]
     OutOfRange { lba: u64, sectors: u32, size: u64 },
+    #[error("the block driver went idle before request {0} completed")]
+    Lost(u64),
 }
 
 /// A block device in card time.
@@ -54,18 +58,11 @@ pub trait BlockDevice {
     fn discard(&mut self, lba: u64, sectors: u32) -> Result<Nanos, IoError>;
 }
 
-/// A card of a device model behind the SDHCI controller model.
+/// A card of a device model behind the SDHCI controller model and the MMC block driver,
+/// configured as `serve` configures them.
 pub struct CardDevice {
-    host: MmcHost,
-    /// Zeroes to send as write data (the store keeps no data).
-    zeroes: Vec<u8>,
-    scratch: Vec<u8>,
-    sectors: u64,
-}
-
-/// CMD23 / CMD17 / CMD18 / CMD24 / CMD25 / CMD12 as Linux's block driver sends them.
-fn r1(opcode: u8, arg: u32) -> MmcCommand {
-    MmcCommand::new(opcode, arg, ResponseType::R1)
+    drv: MmcBlk<MmcHost>,
+    next_id: u64,
 }
 
 impl CardDevice {
@@ -76,190 +73,164 @@ impl CardDevice {
         CardDevice::with_card(card, model)
     }
 
-    /// Drive an existing card (any store, any timing) with the host of `model.host`.
+    /// Drive an existing card (any store, any timing) with the host of `model.host` and
+    /// serve's block driver.
     pub fn with_card(card: Card, model: &DeviceModel) -> Result<CardDevice, IoError> {
-        let mut host = MmcHost::with_config(card, SdhciConfig::for_model(&model.host));
-        host.mmc_init_card(&HostCaps::for_model(&model.host))?;
-        let sectors = host.card.partition_sectors(emmc_card::Partition::User);
-        Ok(CardDevice {
-            host,
-            zeroes: Vec::new(),
-            scratch: Vec::new(),
-            sectors,
-        })
+        CardDevice::with_config(card, model, BlkConfig::served(&model.host))
+    }
+
+    /// Drive an existing card with the block driver configured as `cfg` says (an
+    /// experiment on another policy: the pipeline off, packing on).
+    pub fn with_config(
+        card: Card,
+        model: &DeviceModel,
+        cfg: BlkConfig,
+    ) -> Result<CardDevice, IoError> {
+        let host = MmcHost::with_config(card, SdhciConfig::for_model(&model.host));
+        let drv = MmcBlk::probe(host, cfg)?;
+        Ok(CardDevice { drv, next_id: 0 })
     }
 
     pub fn card(&self) -> &Card {
-        &self.host.card
+        &self.drv.host().card
+    }
+
+    pub fn card_mut(&mut self) -> &mut Card {
+        &mut self.drv.host_mut().card
+    }
+
+    /// The block driver (its statistics and configuration).
+    pub fn driver(&self) -> &MmcBlk<MmcHost> {
+        &self.drv
     }
 
     /// Install a fault injector on the controller (`None` removes it).
     pub fn set_fault_injector(&mut self, faults: Option<emmc_host::fault::FaultInjector>) {
-        self.host.sdhci.set_fault_injector(faults);
+        self.drv.host_mut().sdhci.set_fault_injector(faults);
     }
 
     /// Install a command log on the controller (`None` removes it).
     pub fn set_cmd_log(&mut self, log: Option<emmc_host::cmdlog::CmdLog>) {
-        self.host.sdhci.set_cmd_log(log);
+        self.drv.host_mut().sdhci.set_cmd_log(log);
     }
 
     /// Write out what the command log holds.
     pub fn flush_cmd_log(&mut self) {
-        self.host.sdhci.flush_cmd_log();
+        self.drv.host_mut().sdhci.flush_cmd_log();
     }
 
     pub fn fault_injector(&self) -> Option<&emmc_host::fault::FaultInjector> {
-        self.host.sdhci.fault_injector()
-    }
-
-    pub fn card_mut(&mut self) -> &mut Card {
-        &mut self.host.card
+        self.drv.host().sdhci.fault_injector()
     }
 
     /// The bus as the host has set it up.
     pub fn bus(&self) -> Bus {
-        self.host.sdhci.bus()
+        self.drv.host().sdhci.bus()
     }
 
     fn check_range(&self, lba: u64, sectors: u32) -> Result<(), IoError> {
+        let size = self.drv.sectors();
         if sectors == 0
             || sectors > 65_535
             || lba
                 .checked_add(u64::from(sectors))
-                .is_none_or(|end| end > self.sectors)
+                .is_none_or(|end| end > size)
         {
-            return Err(IoError::OutOfRange {
-                lba,
-                sectors,
-                size: self.sectors,
-            });
+            return Err(IoError::OutOfRange { lba, sectors, size });
         }
         Ok(())
     }
 
-    fn address(&self, lba: u64) -> u32 {
-        if self.host.card.model().sector_addressing() {
-            lba as u32
+    /// Submit one block request now and run the driver until all of it has completed
+    /// (the queue may have split it); returns its latency.
+    fn run(&mut self, req: BlkRequest) -> Result<Nanos, IoError> {
+        let start = self.drv.now();
+        self.drv.submit(req, start);
+        let mut left = if req.op == BlkOp::Flush {
+            1
         } else {
-            (lba * 512) as u32
-        }
-    }
-
-    /// Turn a completion into the request's outcome: controller errors first, then the
-    /// card's R1 error bits.
-    fn outcome(done: &SdhciCompletion) -> Result<(), IoError> {
-        if let Some(error) = done.error() {
-            let cmd = [done.sbc.as_ref(), Some(&done.cmd), done.stop.as_ref()]
-                .into_iter()
-                .flatten()
-                .find(|c| c.error.is_some())
-                .map_or(done.cmd.opcode, |c| c.opcode);
-            return Err(IoError::Host { cmd, error });
-        }
-        for c in [done.sbc.as_ref(), Some(&done.cmd)].into_iter().flatten() {
-            if c.issued && c.resp[0] & r1::ERRORS != 0 {
-                return Err(IoError::Status {
-                    cmd: c.opcode,
-                    status: c.resp[0],
+            u64::from(req.sectors)
+        };
+        let mut end = start;
+        let mut failed = None;
+        while left > 0 {
+            if self.drv.advance(Nanos::MAX) == Advance::Idle {
+                return Err(IoError::Lost(req.id));
+            }
+            for c in self.drv.take_completions() {
+                if c.req.id != req.id {
+                    continue;
+                }
+                end = end.max(c.at);
+                left = left.saturating_sub(if req.op == BlkOp::Flush {
+                    1
+                } else {
+                    u64::from(c.req.sectors)
                 });
+                if let Err(error) = c.result {
+                    failed.get_or_insert(error);
+                }
             }
         }
-        Ok(())
+        match failed {
+            Some(error) => Err(IoError::Request {
+                op: req.op,
+                lba: req.lba,
+                sectors: req.sectors,
+                error,
+            }),
+            None => Ok(end - start),
+        }
     }
 
-    /// Send a command without data and wait for its busy period.
-    fn command(&mut self, cmd: MmcCommand) -> Result<(), IoError> {
-        let done = self.host.mmc_wait_for_req(MmcRequest::command(cmd));
-        Self::outcome(&done)
+    fn request(&mut self, op: BlkOp, lba: u64, sectors: u32) -> BlkRequest {
+        self.next_id += 1;
+        BlkRequest::new(self.next_id, op, lba, sectors)
     }
 }
 
 impl BlockDevice for CardDevice {
     fn sectors(&self) -> u64 {
-        self.sectors
+        self.drv.sectors()
     }
 
     fn now(&self) -> Nanos {
-        self.host.now
+        self.drv.now()
     }
 
     fn idle(&mut self, ns: Nanos) {
-        self.host.now += ns;
-        self.host.card.advance(self.host.now);
+        let until = self.drv.now().saturating_add(ns);
+        // Nothing is outstanding; the driver may start idle BKOPS on its own, as it would
+        // under serve.
+        while self.drv.advance(until) == Advance::Completed {
+            self.drv.take_completions();
+        }
+        self.drv.host_mut().idle_until(until);
     }
 
     fn read(&mut self, lba: u64, sectors: u32) -> Result<Nanos, IoError> {
         self.check_range(lba, sectors)?;
-        let start = self.host.now;
-        let len = sectors as usize * 512;
-        self.scratch.resize(len, 0);
-        let address = self.address(lba);
-        let mut sg = [&mut self.scratch[..len]];
-        let mrq = if sectors == 1 {
-            MmcRequest {
-                sbc: None,
-                cmd: r1(17, address),
-                data: Some(MmcData::read(512, 1, &mut sg)),
-                stop: None,
-            }
-        } else {
-            MmcRequest {
-                sbc: Some(r1(23, sectors)),
-                cmd: r1(18, address),
-                data: Some(MmcData::read(512, sectors, &mut sg)),
-                stop: Some(r1(12, 0)),
-            }
-        };
-        let done = self.host.mmc_wait_for_req(mrq);
-        Self::outcome(&done)?;
-        Ok(self.host.now - start)
+        let req = self.request(BlkOp::Read, lba, sectors);
+        self.run(req)
     }
 
     fn write(&mut self, lba: u64, sectors: u32, reliable: bool) -> Result<Nanos, IoError> {
         self.check_range(lba, sectors)?;
-        let start = self.host.now;
-        let len = sectors as usize * 512;
-        if self.zeroes.len() < len {
-            self.zeroes.resize(len, 0);
-        }
-        let address = self.address(lba);
-        let mut sg = [&self.zeroes[..len]];
-        let mrq = if sectors == 1 && !reliable {
-            MmcRequest {
-                sbc: None,
-                cmd: r1(24, address),
-                data: Some(MmcData::write(512, 1, &mut sg)),
-                stop: None,
-            }
-        } else {
-            let flags = if reliable { MMC_CMD23_ARG_REL_WR } else { 0 };
-            MmcRequest {
-                sbc: Some(r1(23, sectors | flags)),
-                cmd: r1(25, address),
-                data: Some(MmcData::write(512, sectors, &mut sg)),
-                stop: Some(MmcCommand::new(12, 0, ResponseType::R1b)),
-            }
-        };
-        let done = self.host.mmc_wait_for_req(mrq);
-        Self::outcome(&done)?;
-        Ok(self.host.now - start)
+        let mut req = self.request(BlkOp::Write, lba, sectors);
+        req.fua = reliable;
+        req.sync = reliable;
+        self.run(req)
     }
 
     fn flush(&mut self) -> Result<Nanos, IoError> {
-        let start = self.host.now;
-        if self.host.card.ext_csd()[ext::CACHE_CTRL] & ext::CACHE_EN != 0 {
-            self.host.mmc_flush_cache()?;
-        }
-        Ok(self.host.now - start)
+        let req = self.request(BlkOp::Flush, 0, 0);
+        self.run(req)
     }
 
     fn discard(&mut self, lba: u64, sectors: u32) -> Result<Nanos, IoError> {
         self.check_range(lba, sectors)?;
-        let start = self.host.now;
-        self.command(r1(35, self.address(lba)))?;
-        self.command(r1(36, self.address(lba + u64::from(sectors) - 1)))?;
-        self.command(MmcCommand::new(38, DISCARD_ARG, ResponseType::R1b))?;
-        Ok(self.host.now - start)
+        let req = self.request(BlkOp::Discard, lba, sectors);
+        self.run(req)
     }
 }
 
@@ -281,15 +252,24 @@ mod tests {
         let bus = dev.bus();
         let cmd = bus.command_ns(ResponseLength::Short);
         let lat = dev.write(0, 8, false).unwrap();
-        assert_eq!(lat, 2 * cmd + bus.write_ns(512, 8));
+        assert_eq!(
+            lat,
+            2 * cmd + bus.write_ns(512, 8) + cmd,
+            "CMD23, CMD25 and its data, then CMD13 (mmc_blk_err_check)"
+        );
         let lat = dev.read(0, 8).unwrap();
-        assert_eq!(lat, 2 * cmd + bus.read_ns(512, 8));
+        assert_eq!(lat, 2 * cmd + bus.read_ns(512, 8), "no CMD13 after a read");
         let lat = dev.read(0, 1).unwrap();
         assert_eq!(lat, cmd + bus.read_ns(512, 1), "CMD17 needs no CMD23");
     }
 
     #[test]
-    fn programming_time_and_host_overhead_add_to_write_latency() {
+    fn host_time_is_charged_once_per_block_request_and_once_per_mmc_request() {
+        let ideal_write = CardDevice::new(&ideal())
+            .unwrap()
+            .write(0, 8, true)
+            .unwrap();
+        let ideal_read = CardDevice::new(&ideal()).unwrap().read(0, 8).unwrap();
         let mut model = ideal();
         model.timing =
             emmc_card::model::TimingModel::Constant(emmc_card::model::ConstantTimingModel {
@@ -297,16 +277,27 @@ mod tests {
                 ..Default::default()
             });
         model.host.request_overhead_ns = 50_000;
+        model.host.prepare_ns = 300_000;
         let mut dev = CardDevice::new(&model).unwrap();
-        dev.card_mut().advance(0);
-        // Cache off: programming goes to the medium.
-        let base = {
-            let mut ideal_dev = CardDevice::new(&ideal()).unwrap();
-            ideal_dev.write(0, 8, true).unwrap()
-        };
+        // A write is one MMC request and its CMD13: two request overheads, one
+        // preparation, the programming (cache off: it goes to the medium).
         let lat = dev.write(0, 8, true).unwrap();
-        assert_eq!(lat, base + 1_000_000 + 50_000);
+        assert_eq!(lat, ideal_write + 300_000 + 2 * 50_000 + 1_000_000);
+        // A read is one MMC request.
+        let lat = dev.read(0, 8).unwrap();
+        assert_eq!(lat, ideal_read + 300_000 + 50_000);
         assert_eq!(dev.now(), dev.card().now());
+    }
+
+    #[test]
+    fn a_request_beyond_the_queue_limit_completes_when_its_last_piece_does() {
+        let model = ideal();
+        let mut dev = CardDevice::new(&model).unwrap();
+        let max = dev.driver().config().max_sectors;
+        let one = dev.write(0, max, false).unwrap();
+        let two = dev.write(0, 2 * max, false).unwrap();
+        assert_eq!(two, 2 * one, "two pieces of the queue's largest request");
+        assert_eq!(dev.driver().stats().mmc_requests, 3);
     }
 
     #[test]

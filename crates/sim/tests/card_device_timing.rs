@@ -1,13 +1,19 @@
-//! The SDHCI controller model charges a block request exactly what the simulator's
-//! direct `CardDevice` charges, in every bus mode: the requests here are built by hand as
-//! Linux's block driver builds them (`emmc_host::testing`), and run on the controller
-//! without `CardDevice`.
+//! What the served path (`CardDevice`: serve's block driver over the SDHCI controller
+//! model) charges a block request, in every bus mode: exactly the controller's time for
+//! the MMC request Linux's block driver builds (built by hand here with
+//! `emmc_host::testing` and run on a bare controller), plus the host's preparation of the
+//! block request (`prepare_ns`) and, after a write, the CMD13 status check
+//! (`mmc_blk_err_check`) with its own per-request host time. Nothing else, and nothing
+//! twice.
 
+use emmc_card::command::ResponseType;
 use emmc_card::model::{BusTiming, DeviceModel};
 use emmc_card::store::NullStore;
+use emmc_card::timing::bus::ResponseLength;
 use emmc_card::Card;
-use emmc_host::mmc::HostCaps;
+use emmc_host::mmc::{HostCaps, MMC_RCA};
 use emmc_host::sdhci::SdhciConfig;
+use emmc_host::sdhci::{MmcCommand, MmcRequest};
 use emmc_host::testing::{brought_up_with, read_request, write_request};
 use emmc_sim::device::{BlockDevice, CardDevice};
 
@@ -15,9 +21,9 @@ fn model() -> DeviceModel {
     DeviceModel::load("generic-emmc45").unwrap()
 }
 
-/// The controller charges a block request exactly what the simulator's direct
-/// `CardDevice` charges: host overhead, CMD23 and CMD18/CMD25 (or CMD17/CMD24) exchanges,
-/// data on the bus, the card's access and programming time.
+/// `CardDevice` charges the controller's request (host overhead, CMD23 and CMD18/CMD25 or
+/// CMD17/CMD24 exchanges, data on the bus, the card's access and programming time), the
+/// preparation, and CMD13 after a write.
 fn timing_matches_card_device(model: DeviceModel, config: SdhciConfig) {
     let mut dev = CardDevice::new(&model).unwrap();
     let layout = Card::layout_for(&model);
@@ -56,8 +62,18 @@ fn timing_matches_card_device(model: DeviceModel, config: SdhciConfig) {
             s.request(read_request(lba, blocks, &mut sg))
         };
         assert!(done.is_ok(), "{done:?}");
+        let cmd13 = if is_write {
+            model.host.request_overhead_ns + s.host.bus().command_ns(ResponseLength::Short)
+        } else {
+            0
+        };
+        if is_write {
+            // The card's side of CMD13: the bare controller sends it too, so both cards
+            // see the same commands.
+            s.request(status_request());
+        }
         assert_eq!(
-            done.duration_ns(),
+            done.duration_ns() + model.host.prepare_ns + cmd13,
             expected,
             "{} of {blocks} at {lba} (reliable {reliable}) on {:?}",
             if is_write { "write" } else { "read" },
@@ -68,10 +84,20 @@ fn timing_matches_card_device(model: DeviceModel, config: SdhciConfig) {
     assert_eq!(s.card.stats(), dev.card().stats());
 }
 
+/// CMD13 to the card at RCA 1, as `mmc_blk_err_check` sends it.
+fn status_request() -> MmcRequest<'static, Vec<u8>> {
+    MmcRequest::command(MmcCommand::new(
+        13,
+        u32::from(MMC_RCA) << 16,
+        ResponseType::R1,
+    ))
+}
+
 #[test]
 fn timing_equals_card_device_for_reads_and_writes() {
     let mut m = model();
     m.host.request_overhead_ns = 35_000;
+    m.host.prepare_ns = 120_000;
     timing_matches_card_device(m.clone(), SdhciConfig::for_model(&m.host));
     // Manual CMD23 costs the same exchange as Auto CMD23.
     timing_matches_card_device(

@@ -290,11 +290,13 @@ pub struct HostProfile {
     /// Bus timing mode after bring-up (controller).
     pub timing: BusTiming,
     /// Host software time per MMC request outside the bus: interrupt, register set-up,
-    /// completion. Charged by the controller model only where this process is the host.
+    /// completion. Charged by the controller model to every MMC request, the CMD13 after
+    /// a write included, only where this process is the host.
     pub request_overhead_ns: u64,
-    /// Host software time to prepare a block request for the card (block layer, the MMC
-    /// block driver's request set-up, DMA mapping): overlapped with the previous request's
-    /// transfer by the block driver's two-deep pipeline.
+    /// Host software time per block request (the caller's system call, the block layer,
+    /// the MMC block driver's request set-up, DMA mapping): charged once per block
+    /// request by the block driver, overlapped with the previous request's transfer by
+    /// its two-deep pipeline when the next request is already queued, not otherwise.
     pub prepare_ns: u64,
     /// The block queue's largest request (`max_sectors_kb`; host software).
     pub max_sectors_kb: u32,
