@@ -582,6 +582,61 @@ fn write_packing_control_keeps_packing_off_while_reads_come_between_writes() {
     assert_eq!(run(PackingMode::Off), 0);
 }
 
+/// Write packing control switching within one run (seed 000's design): every read burst
+/// turns packing off and resets the count; every write run longer than the threshold
+/// turns it on again when its 18th write is fetched (the count must pass 17), so each
+/// cycle sends 17 writes alone and packs the 18th with the rest.
+#[test]
+fn write_packing_control_switches_on_for_each_long_write_run_and_off_at_each_read_burst() {
+    let m = model("msm-emmc45-sdr50");
+    let cfg = quiet(BlkConfig {
+        packing: PackingMode::Controlled { threshold: 17 },
+        ..BlkConfig::for_model(&m.host)
+    });
+    let mut d = MmcBlk::probe(null_host(&m), cfg).unwrap();
+    let mut id = 0;
+    let mut next = |op, lba| {
+        id += 1;
+        req(id, op, lba, 128)
+    };
+    let mut previous = d.stats().clone();
+    for cycle in 0..5u64 {
+        // A run of 40 queued 64 KiB writes...
+        let base = cycle * 100_000;
+        for i in 0..40 {
+            let r = next(BlkOp::Write, base + i * 128);
+            d.submit(r, d.now());
+        }
+        drain(&mut d);
+        assert!(
+            d.packing_control().wr_packing_enabled,
+            "cycle {cycle}: 40 writes turn packing on"
+        );
+        // ... then a burst of 4 reads.
+        for i in 0..4 {
+            let r = next(BlkOp::Read, 5_000_000 + base + i * 128);
+            d.submit(r, d.now());
+        }
+        drain(&mut d);
+        assert!(
+            !d.packing_control().wr_packing_enabled,
+            "cycle {cycle}: a read turns packing off"
+        );
+        let s = d.stats();
+        let packed = s.packed_writes - previous.packed_writes;
+        let requests = s.mmc_requests - previous.mmc_requests;
+        // 4 reads, the writes fetched before the count passed 17 (one at a time), and
+        // the packed commands holding the rest.
+        let alone = requests - 4 - packed;
+        assert!(packed > 0, "cycle {cycle}: the write run was packed");
+        assert_eq!(
+            alone, 17,
+            "cycle {cycle}: writes sent alone before packing came on ({packed} packed)"
+        );
+        previous = s.clone();
+    }
+}
+
 #[test]
 fn the_pipeline_hides_preparation_behind_the_previous_transfer() {
     let m = model("msm-emmc45-sdr50");
