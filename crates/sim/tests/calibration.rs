@@ -1,6 +1,7 @@
 //! Calibration: the seed figures the device models must reproduce, measured the way the
-//! seed measured them (flashbench's own schedules, through `CardDevice`: host overhead,
-//! command exchanges, bus data and card time). Tolerance ±15% unless the seed gives a
+//! seed measured them (flashbench's own schedules, through `CardDevice`: serve's block
+//! driver over the SDHCI model, so the host's preparation, command exchanges with their
+//! host time, CMD13 after writes, bus data and card time, each charged once). Tolerance ±15% unless the seed gives a
 //! range, in which case the range ±15%. docs/fidelity.md lists every figure beside its
 //! simulated value; where a figure cannot be reached without distorting another it says
 //! so there, and the test below holds the figure to the documented deviation.
