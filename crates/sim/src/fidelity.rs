@@ -1230,16 +1230,20 @@ pub fn markdown(results: &[RowResult]) -> String {
         for (i, c) in cmds.iter().enumerate() {
             let _ = writeln!(out, "{}. `vhost-user-emmc {c}`", i + 1);
         }
-        let gaps: Vec<&&RowResult> = rows.iter().filter(|r| r.row.known_gap.is_some()).collect();
-        if !gaps.is_empty() {
-            out.push('\n');
-            for r in gaps {
-                let g = r.row.known_gap.as_ref().expect("filtered");
-                let _ = writeln!(
-                    out,
-                    "* `{}` (gap, band {:+.0}% to {:+.0}%): {}",
-                    r.row.id, g.band.0, g.band.1, g.why
-                );
+        // The gaps, the rows sharing a reason on one line, each with its band.
+        let mut whys: Vec<(&str, Vec<String>)> = Vec::new();
+        for r in &rows {
+            let Some(g) = &r.row.known_gap else { continue };
+            let entry = format!("`{}` ({:+.0}% to {:+.0}%)", r.row.id, g.band.0, g.band.1);
+            match whys.iter_mut().find(|(w, _)| *w == g.why) {
+                Some((_, ids)) => ids.push(entry),
+                None => whys.push((g.why, vec![entry])),
+            }
+        }
+        if !whys.is_empty() {
+            out.push_str("\nGaps (the band is the error the current model is held to):\n\n");
+            for (why, ids) in whys {
+                let _ = writeln!(out, "* {}: {why}", ids.join(", "));
             }
         }
         for r in rows.iter().filter(|r| r.problem.is_some()) {
