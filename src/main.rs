@@ -1,5 +1,5 @@
 //! The `vhost-user-emmc` command line: every subcommand, each handed to the crate of its
-//! layer (`serve` and `control` to emmc-frontend, `simulate`, `compare` and `selfcheck` to
+//! layer (`serve` and `control` to emmc-frontend, `simulate`, `compare`, `fidelity` and `selfcheck` to
 //! emmc-sim, `models`, `inspect` and `image` to emmc-card).
 
 use std::path::PathBuf;
@@ -56,6 +56,11 @@ enum Commands {
     /// card model × driver policy in the simulator and show them side by side: a table,
     /// JSON, and with --out DIR the plots (docs/comparisons.md).
     Compare(Box<emmc_sim::compare::CompareArgs>),
+    /// Measure every seed figure on its simulated card the way the seed measured it and
+    /// print seed, simulated, error, fitted or predicted and status per row
+    /// (docs/fidelity.md). Exits non-zero when a row is outside its tolerance and its
+    /// documented gap.
+    Fidelity(emmc_sim::fidelity::FidelityArgs),
     /// Bring a card up on a scratch image the way Linux would, exercise its features and
     /// check that the image keeps what the card promised.
     Selfcheck {
@@ -151,6 +156,20 @@ fn run(cli: Cli) -> Result<(), String> {
                 println!("{out}");
             } else {
                 print!("{out}");
+            }
+            Ok(())
+        }
+        Commands::Fidelity(args) => {
+            let out = emmc_sim::fidelity::run_command(&args)?;
+            print!("{}", out.text);
+            if !out.text.ends_with('\n') {
+                println!();
+            }
+            if out.failed > 0 {
+                return Err(format!(
+                    "fidelity: {} rows outside their tolerance and documented gap",
+                    out.failed
+                ));
             }
             Ok(())
         }

@@ -437,3 +437,30 @@ fn compare_prints_one_column_per_run_and_stays_quiet_off_a_terminal() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("off, always or controlled"));
 }
+
+#[test]
+fn fidelity_prints_a_row_per_seed_figure_and_refuses_an_unknown_model() {
+    let out = cli(&["fidelity", "--seed", "4", "--json"]);
+    let rows = json(&out);
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 4, "seed 004 has four figures");
+    for r in rows {
+        assert_eq!(r["seed"], 4);
+        assert_eq!(r["model"], "sandisk-emmc45");
+        assert!(r["simulated"][0].as_f64().unwrap() > 0.0, "{r}");
+        assert!(
+            ["ok", "gap"].contains(&r["status"].as_str().unwrap()),
+            "{r}"
+        );
+        let cmd = r["commands"][0].as_str().unwrap();
+        assert!(cmd.starts_with("vhost-user-emmc simulate --model sandisk-emmc45 "));
+    }
+    let md = cli(&["fidelity", "--seed", "4", "--markdown"]);
+    assert!(md.status.success());
+    let md = String::from_utf8(md.stdout).unwrap();
+    assert!(md.contains("| `s004-iozone-write-off` |"), "{md}");
+    assert!(md.contains("1. `vhost-user-emmc simulate --model sandisk-emmc45"));
+    let bad = cli(&["fidelity", "--model", "no-such-card"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("no row matches"));
+}

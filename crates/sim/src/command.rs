@@ -6,7 +6,9 @@ use super::blkbench::{
     run_experiment_logged, sweep, sweep_text, DriverReport, DriverSetup, Experiment, SweepRow,
 };
 use super::device::{BlockDevice, CardDevice};
-use super::flashbench::{self, AlignOptions, OpenAuOptions, PageSplit, Region};
+use super::flashbench::{
+    self, format_ns, AlignOptions, OpenAuOptions, PageSplit, Region, ScatterOptions,
+};
 use super::powercut::{CutStore, PowerCutConfig, PowerCutReport};
 use super::report::{CardCounters, Report};
 use super::workload::{run, Op, Pattern, Stream, Workload};
@@ -33,6 +35,9 @@ pub enum WorkloadKind {
     /// flashbench -O -0 1 linear and random: write throughput against request size inside
     /// one erase block.
     SizeSweep,
+    /// flashbench -s --scatter-span=1: read `--bs` at each of `--count` consecutive block
+    /// offsets, the fastest of `--tries` per offset (fast and slow MLC pages).
+    Scatter,
     /// Through the MMC block driver: a buffered sequential writer (`lmdd of=file`), `--size`
     /// bytes in writeback requests of `--write-bs`, then fsync.
     LmddWrite,
@@ -64,6 +69,7 @@ impl WorkloadKind {
                 | WorkloadKind::AlignWrite
                 | WorkloadKind::OpenAu
                 | WorkloadKind::SizeSweep
+                | WorkloadKind::Scatter
         )
     }
 }
@@ -408,6 +414,8 @@ pub struct FlashbenchReport {
     pub open_au: Option<flashbench::OpenAuResult>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub size_sweep: Option<flashbench::SizeSweep>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scatter: Option<flashbench::ScatterResult>,
     pub flash: Option<emmc_card::timing::FlashStats>,
 }
 
@@ -425,6 +433,22 @@ impl FlashbenchReport {
             out.push_str(&s.linear.to_string());
             out.push_str("random\n");
             out.push_str(&s.random.to_string());
+        }
+        if let Some(s) = &self.scatter {
+            for (i, t) in s.read_ns.iter().enumerate() {
+                out.push_str(&format!(
+                    "{}\t{}\n",
+                    i as u64 * s.blocksize,
+                    format_ns(*t as f64)
+                ));
+            }
+            let (fast, slow) = s.levels();
+            out.push_str(&format!(
+                "fast {}  slow {}  apart {}\n",
+                format_ns(fast),
+                format_ns(slow),
+                format_ns(slow - fast)
+            ));
         }
         if let Some(f) = &self.flash {
             out.push_str(&super::report::flash_line(f));
@@ -651,6 +675,7 @@ fn run_flashbench(
         align: None,
         open_au: None,
         size_sweep: None,
+        scatter: None,
         flash: None,
     };
     let open = OpenAuOptions {
@@ -707,6 +732,23 @@ fn run_flashbench(
                 report.workload = format!("size-sweep erasesize={}", args.erasesize);
                 report.size_sweep =
                     Some(flashbench::size_sweep(dev, region, &open).map_err(|e| e.to_string())?);
+            }
+            WorkloadKind::Scatter => {
+                if args.count == 0 || args.count > 1 << 20 {
+                    return Err("--count (scatter positions) must be 1..=1048576".into());
+                }
+                let o = ScatterOptions {
+                    blocksize: args.bs,
+                    positions: args.count as u32,
+                    tries: args.tries,
+                    ..Default::default()
+                };
+                report.workload = format!(
+                    "scatter bs={} positions={} tries={}",
+                    args.bs, args.count, args.tries
+                );
+                report.scatter =
+                    Some(flashbench::scatter(dev, region, &o).map_err(|e| e.to_string())?);
             }
             _ => unreachable!("only flashbench workloads come here"),
         }

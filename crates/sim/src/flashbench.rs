@@ -9,7 +9,9 @@
 //!   size down, write one erase block's worth in each of N erase blocks 12 erase blocks
 //!   apart, interleaved, linearly or in flashbench's pseudo-random order;
 //! * [`size_sweep`] — write throughput against block size inside one AU, linear and
-//!   random (the thread's `-O -0 1` and `-O -0 1 -r`).
+//!   random (the thread's `-O -0 1` and `-O -0 1 -r`);
+//! * [`scatter`] — `-s --scatter-span=1`: the read time of one block at each consecutive
+//!   block offset (the thread's fast and slow MLC pages).
 //!
 //! Every access is one block request, as flashbench's `pread`/`pwrite` on an `O_DIRECT`
 //! device is, split at the host's largest request like the block layer splits it.
@@ -369,6 +371,84 @@ pub fn size_sweep(
     Ok(SizeSweep { linear, random })
 }
 
+/// Options of the scatter test (`-s`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScatterOptions {
+    /// `-b`: bytes read at each position, and the distance between positions.
+    pub blocksize: u64,
+    /// Positions read: flashbench's `2^--scatter-order` (the thread used order 10).
+    pub positions: u32,
+    /// `-c`: tries per position; each keeps its fastest.
+    pub tries: u32,
+    /// The host's largest request in sectors.
+    pub max_request: u32,
+}
+
+impl Default for ScatterOptions {
+    fn default() -> Self {
+        ScatterOptions {
+            blocksize: 8192,
+            positions: 1024,
+            tries: 32,
+            max_request: 1024,
+        }
+    }
+}
+
+/// What `flashbench -s --scatter-span=1` plots: the read time of one block at each
+/// consecutive block offset.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ScatterResult {
+    pub blocksize: u64,
+    /// Fastest try per position, in position order.
+    pub read_ns: Vec<Nanos>,
+}
+
+impl ScatterResult {
+    /// The two lines of the plot: the mean time of the positions below the midpoint of the
+    /// fastest and slowest, and of those above it (equal when every read takes as long).
+    pub fn levels(&self) -> (f64, f64) {
+        let (Some(&lo), Some(&hi)) = (self.read_ns.iter().min(), self.read_ns.iter().max()) else {
+            return (0.0, 0.0);
+        };
+        let mid = (lo + hi) as f64 / 2.0;
+        let mean = |v: Vec<f64>| {
+            if v.is_empty() {
+                None
+            } else {
+                Some(v.iter().sum::<f64>() / v.len() as f64)
+            }
+        };
+        let times = || self.read_ns.iter().map(|&t| t as f64);
+        let fast = mean(times().filter(|&t| t <= mid).collect()).unwrap_or(lo as f64);
+        let slow = mean(times().filter(|&t| t > mid).collect()).unwrap_or(fast);
+        (fast, slow)
+    }
+}
+
+/// `flashbench -s --scatter-span=1`: read one block at each of `positions` consecutive
+/// block offsets of the region, `tries` times, keeping the fastest per position.
+pub fn scatter(
+    dev: &mut dyn BlockDevice,
+    region: Region,
+    o: &ScatterOptions,
+) -> Result<ScatterResult, IoError> {
+    let bs = o.blocksize.max(512);
+    let mut read_ns = vec![0; o.positions as usize];
+    for _ in 0..o.tries.max(1) {
+        for (i, r) in read_ns.iter_mut().enumerate() {
+            let t = access(dev, region, i as u64 * bs, bs, false, o.max_request)?;
+            if *r == 0 || *r > t {
+                *r = t;
+            }
+        }
+    }
+    Ok(ScatterResult {
+        blocksize: bs,
+        read_ns,
+    })
+}
+
 /// A host that splits writes at page boundaries the way Andrei Warkentin's
 /// `mmc_adjust_write` did (seed 003, `page_size` sysfs attribute): a write that starts
 /// inside a page and runs past its end is sent as the part up to the page boundary, then
@@ -692,6 +772,31 @@ mod tests {
             rec.log,
             [(true, 15, 1), (true, 16, 1), (true, 16, 32), (true, 3, 4)]
         );
+    }
+
+    #[test]
+    fn scatter_reads_consecutive_blocks_and_splits_two_levels() {
+        let mut dev = Recorder::new(1 << 20);
+        let region = Region::whole(&dev);
+        let o = ScatterOptions {
+            blocksize: 8192,
+            positions: 4,
+            tries: 2,
+            max_request: 1024,
+        };
+        let r = scatter(&mut dev, region, &o).unwrap();
+        let lbas: Vec<u64> = dev.log.iter().map(|&(_, lba, _)| lba).collect();
+        assert_eq!(lbas, [0, 16, 32, 48, 0, 16, 32, 48]);
+        assert!(dev.log.iter().all(|&(w, _, n)| !w && n == 16));
+        assert_eq!(r.read_ns, [16_000; 4]);
+        assert_eq!(r.levels(), (16_000.0, 16_000.0));
+        let two = ScatterResult {
+            blocksize: 8192,
+            read_ns: vec![100, 130, 100, 131, 99, 130],
+        };
+        let (fast, slow) = two.levels();
+        assert!((fast - 99.666).abs() < 0.01, "{fast}");
+        assert!((slow - 130.333).abs() < 0.01, "{slow}");
     }
 
     #[test]

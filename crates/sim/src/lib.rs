@@ -12,6 +12,8 @@
 //! - `workload`, `engine`, `procs`, `blkbench`: closed-loop workloads and the processes
 //!   that feed the block driver in card time (seed 000's and 004's experiments);
 //! - `flashbench`: flashbench's procedures (seed 003);
+//! - `fidelity`: every seed figure as a row, measured and held to its tolerance
+//!   (`vhost-user-emmc fidelity`, docs/fidelity.md);
 //! - `powercut`: power cuts at seeded instants, checked against what the spec promises;
 //! - `report`: what a run prints; `selfcheck`: `vhost-user-emmc selfcheck`.
 
@@ -20,6 +22,7 @@ pub mod command;
 pub mod compare;
 pub mod device;
 pub mod engine;
+pub mod fidelity;
 pub mod flashbench;
 pub mod plot;
 pub mod powercut;
