@@ -514,7 +514,8 @@ pub struct Summary {
     pub counts: Vec<(&'static str, usize)>,
     /// Knobs per seed tag (`seed 003` → n).
     pub seeds: Vec<(u16, usize)>,
-    /// Each figure a knob was fitted to, with those knobs (paths), in row-id order.
+    /// Each figure a knob was fitted to, with those knobs (paths), in the order of
+    /// [`FIDELITY_ROWS`] (ids not there after, alphabetically).
     pub fitted_figures: Vec<(String, Vec<String>)>,
 }
 
@@ -542,10 +543,18 @@ impl Summary {
                 _ => {}
             }
         }
+        let order: Vec<&str> = fidelity_row_ids().collect();
+        let mut fitted_figures: Vec<(String, Vec<String>)> = figures.into_iter().collect();
+        fitted_figures.sort_by_key(|(row, _)| {
+            (
+                order.iter().position(|r| r == row).unwrap_or(order.len()),
+                row.clone(),
+            )
+        });
         Summary {
             counts,
             seeds: seeds.into_iter().collect(),
-            fitted_figures: figures.into_iter().collect(),
+            fitted_figures,
         }
     }
 
@@ -833,7 +842,7 @@ mod tests {
         };
         let fitted = |ids: &[&str]| Provenance::Fitted(ids.iter().map(|s| s.to_string()).collect());
         let s = Summary::of(&[
-            knob("a.x", fitted(&["s003-b", "s003-a"])),
+            knob("a.x", fitted(&["s003-b", "s003-a", "s000-sdr50-lmdd-off"])),
             knob("a.y", fitted(&["s003-a"])),
             knob("a.z", Provenance::Seed(3)),
             knob("a.w", Provenance::Assumed),
@@ -845,6 +854,7 @@ mod tests {
         assert_eq!(
             s.fitted_figures,
             [
+                ("s000-sdr50-lmdd-off".to_string(), vec!["a.x".to_string()]),
                 (
                     "s003-a".to_string(),
                     vec!["a.x".to_string(), "a.y".to_string()]
