@@ -14,6 +14,8 @@ use emmc_card::store::{read_header, ImageStore, NullStore};
 use emmc_card::{inspect, Card};
 use emmc_sim::selfcheck;
 
+mod explain;
+
 /// An eMMC 4.5 card behind an emulated SDHCI host, for QEMU guests over vhost-user.
 #[derive(Parser)]
 #[command(version, about)]
@@ -25,8 +27,19 @@ struct Cli {
 #[derive(Subcommand)]
 enum Commands {
     /// List the built-in device models, each with the host profile it was calibrated
-    /// with, and the built-in host profiles.
-    Models,
+    /// with, and the built-in host profiles; with --explain, where each value of one
+    /// model comes from.
+    Models {
+        /// Every knob of MODEL (a built-in name or a model file) and its host profile:
+        /// value, provenance tag ([seed NNN], [fitted ROW…], [spec], [linux], [assumed],
+        /// [derived]) and reason, by table; then the counts per kind and, for each seed
+        /// figure, the knobs fitted to it (docs/device-models.md, "Provenance").
+        #[arg(long, value_name = "MODEL")]
+        explain: Option<String>,
+        /// With --explain: JSON instead of text.
+        #[arg(long, requires = "explain")]
+        json: bool,
+    },
     /// Print the decoded CID, CSD and EXT_CSD of a model (and of an image's saved state).
     Inspect {
         /// Built-in model name or path to a model TOML file. Defaults to the image's model,
@@ -82,7 +95,17 @@ enum ImageCommands {
 
 fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
-        Commands::Models => {
+        Commands::Models {
+            explain: Some(model),
+            json,
+        } => {
+            print!("{}", explain::run(&model, json)?);
+            if json {
+                println!();
+            }
+            Ok(())
+        }
+        Commands::Models { explain: None, .. } => {
             for name in builtin_model_names() {
                 let m = DeviceModel::load(name).map_err(|e| e.to_string())?;
                 println!("{name:<20} {}", m.description);

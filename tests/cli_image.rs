@@ -1,5 +1,5 @@
 //! The command line on images and models: `image create`, `inspect`, a bad model file,
-//! and the self-check of 32 GiB cards in a few MiB.
+//! the self-check of 32 GiB cards in a few MiB, and `models --explain`.
 
 use std::process::Command as Process;
 
@@ -135,4 +135,86 @@ fn the_32_gib_flash_models_run_the_self_check_in_a_few_mib() {
         eprintln!("{model} self-check: peak RSS {peak} KiB");
         assert!(peak < 32 * 1024, "{model}: peak RSS {peak} KiB");
     }
+}
+
+/// `models --explain` lists each knob by table with its value, tag and reason, then the
+/// counts per kind and which knobs were fitted to each seed figure.
+#[test]
+fn models_explain_gives_every_knob_its_provenance_and_inverts_the_fitted_ones() {
+    let out = exe()
+        .args(["models", "--explain", "toshiba-mmc32g"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for want in [
+        "[timing.nand]",
+        "read_page_slow_ns = 250000",
+        "[fitted s003-toshiba-scatter-slow-page]",
+        "[host]",
+        // From sdhci-hs52, which the model's host profile extends: the file is named.
+        "(device-models/hosts/sdhci-hs52.toml:",
+        "summary: ",
+        "s003-toshiba-scatter-slow-page ← timing.nand.read_page_slow_ns",
+    ] {
+        assert!(text.contains(want), "{want:?} missing:\n{text}");
+    }
+
+    let out = exe()
+        .args(["models", "--explain", "msm-emmc45-ddr50", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let knobs = v["knobs"].as_array().unwrap();
+    let summary = &v["summary"];
+    assert_eq!(summary["knobs"].as_u64().unwrap() as usize, knobs.len());
+    let counted: u64 = summary["counts"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|n| n.as_u64().unwrap())
+        .sum();
+    assert_eq!(counted as usize, knobs.len());
+    let mut fitted = 0;
+    for k in knobs {
+        let kind = k["kind"].as_str().unwrap();
+        assert!(
+            ["seed", "fitted", "spec", "linux", "assumed", "derived"].contains(&kind),
+            "{k}"
+        );
+        assert!(!k["reason"].as_str().unwrap().is_empty(), "{k}");
+        if kind == "fitted" {
+            fitted += 1;
+            for row in k["fitted"].as_array().unwrap() {
+                let knobs = summary["fitted_figures"][row.as_str().unwrap()]
+                    .as_array()
+                    .unwrap();
+                assert!(knobs.contains(&k["path"]), "{k}");
+            }
+        }
+    }
+    assert_eq!(summary["fitted_knobs"], fitted);
+    // The DDR model states no knob of its own: the card's come from the SDR model, the
+    // bus mode from the DDR host profile.
+    let timing = knobs.iter().find(|k| k["path"] == "host.timing").unwrap();
+    assert_eq!(timing["file"], "device-models/hosts/msm-sdcc-ddr50.toml");
+    assert_eq!(timing["tag"], "seed 000");
+
+    let out = exe()
+        .args(["models", "--explain", "no-such-model"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no-such-model"));
+    let out = exe().args(["models", "--json"]).output().unwrap();
+    assert!(!out.status.success(), "--json needs --explain");
 }

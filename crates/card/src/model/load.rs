@@ -100,15 +100,15 @@ pub fn builtin_host_names() -> Vec<&'static str> {
 
 /// What a model or host file is: its text, the name errors give it, and the directory
 /// its relative references start from (`None` for a built-in or for bare text).
-struct Source {
-    origin: String,
-    text: String,
+pub(super) struct Source {
+    pub(super) origin: String,
+    pub(super) text: String,
     dir: Option<PathBuf>,
 }
 
 /// The two kinds of file a reference can name.
 #[derive(Clone, Copy)]
-enum Kind {
+pub(super) enum Kind {
     Model,
     Host,
 }
@@ -131,6 +131,16 @@ impl Kind {
 }
 
 impl Source {
+    /// The file a reader opens it as: `device-models/…` for a built-in, else its path.
+    pub(super) fn file_name(&self, kind: Kind) -> String {
+        let builtin = self.dir.is_none() && kind.builtins().iter().any(|(n, _)| *n == self.origin);
+        match (builtin, kind) {
+            (true, Kind::Model) => format!("device-models/{}.toml", self.origin),
+            (true, Kind::Host) => format!("device-models/hosts/{}.toml", self.origin),
+            (false, _) => self.origin.clone(),
+        }
+    }
+
     fn builtin(name: &str, text: &str) -> Source {
         Source {
             origin: name.to_string(),
@@ -149,7 +159,7 @@ impl Source {
 
     /// The file `reference` names from this source: a built-in of `kind` by name, else a
     /// path (relative to this file's directory) when this source is a file.
-    fn resolve(&self, kind: Kind, reference: &str) -> Result<Source, ModelError> {
+    pub(super) fn resolve(&self, kind: Kind, reference: &str) -> Result<Source, ModelError> {
         if let Some((name, text)) = kind.builtins().iter().find(|(n, _)| *n == reference) {
             return Ok(Source::builtin(name, text));
         }
@@ -331,8 +341,16 @@ impl DeviceModel {
 
     /// A built-in model by name, or a model file by path.
     pub fn load(name_or_path: &str) -> Result<DeviceModel, ModelError> {
+        Source::model_file(name_or_path)?.model()
+    }
+}
+
+impl Source {
+    /// The file [`DeviceModel::load`] reads for `name_or_path`: a built-in by name, else a
+    /// file by path.
+    pub(super) fn model_file(name_or_path: &str) -> Result<Source, ModelError> {
         if let Some((name, text)) = BUILTIN_MODELS.iter().find(|(n, _)| *n == name_or_path) {
-            return Source::builtin(name, text).model();
+            return Ok(Source::builtin(name, text));
         }
         let source = Source::file(Path::new(name_or_path)).map_err(|source| {
             if source.kind() == std::io::ErrorKind::NotFound {
@@ -344,11 +362,10 @@ impl DeviceModel {
                 }
             }
         })?;
-        Source {
+        Ok(Source {
             origin: name_or_path.to_string(),
             ..source
-        }
-        .model()
+        })
     }
 }
 
@@ -369,28 +386,7 @@ mod tests {
         }
     }
 
-    /// Model files document every value: each `key = value` line except the name and the
-    /// description carries a comment giving the meaning and the source of the number.
-    #[test]
-    fn every_builtin_model_value_carries_a_comment() {
-        for (name, text) in BUILTIN_MODELS.iter().chain(BUILTIN_HOSTS) {
-            for (n, line) in text.lines().enumerate() {
-                let line = line.trim();
-                if line.starts_with('#') || line.starts_with('[') || !line.contains('=') {
-                    continue;
-                }
-                let key = line.split('=').next().unwrap().trim();
-                if key == "name" || key == "description" {
-                    continue;
-                }
-                assert!(
-                    line.contains('#'),
-                    "{name}.toml line {}: `{line}` has no comment with its source",
-                    n + 1
-                );
-            }
-        }
-    }
+    // Every value's comment, with its provenance tag: `provenance.rs`'s tests.
 
     #[test]
     fn a_missing_model_names_the_built_in_ones() {

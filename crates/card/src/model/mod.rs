@@ -14,6 +14,7 @@
 
 mod flash;
 mod load;
+pub mod provenance;
 mod validate;
 
 pub use flash::{
