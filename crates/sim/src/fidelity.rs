@@ -19,15 +19,16 @@
 //!
 //! Nothing here holds a simulated figure: every simulated value comes out of a run.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use serde::Serialize;
 
 use super::command::{simulate, Output, SimulateArgs};
 use super::compare::{compare, CompareArgs, Comparison, Progress};
+use emmc_card::model::provenance::{self, Knob, Provenance};
 use emmc_host::packing::StopReason;
 
 const KIB: u64 = 1024;
@@ -183,9 +184,6 @@ pub struct Row {
     pub unit: &'static str,
     pub tolerance: Tolerance,
     pub probe: Probe,
-    /// The model parameters (TOML paths; `host.` is the host profile the model names)
-    /// this figure was used to set. `None`: the figure is predicted.
-    pub fitted: Option<&'static str>,
     pub known_gap: Option<Gap>,
 }
 
@@ -208,15 +206,7 @@ impl Row {
             unit,
             tolerance: Tolerance::Relative(TOLERANCE),
             probe,
-            fitted: None,
             known_gap: None,
-        }
-    }
-
-    const fn fit(self, params: &'static str) -> Row {
-        Row {
-            fitted: Some(params),
-            ..self
         }
     }
 
@@ -373,32 +363,26 @@ pub static ROWS: &[Row] = &[
     // ---- Seed 003, Toshiba MMC32G -----------------------------------------------------
     Row::new("s003-toshiba-align-write-8k-on", 3, T,
         "-A -b 1024 p9: 1 KiB write straddling an 8 KiB boundary (seed: runs 96-121 ms)",
-        Point(114.0), "ms", align(T_ALIGN_W, AlignCol::On, 8 * KIB, 8 * KIB, MS))
-        .fit("timing.nand.program_page_ns, timing.ftl.gc_copy"),
+        Point(114.0), "ms", align(T_ALIGN_W, AlignCol::On, 8 * KIB, 8 * KIB, MS)),
     Row::new("s003-toshiba-align-write-16k-on", 3, T,
         "-A -b 1024 p9: 1 KiB write straddling a 16 KiB boundary (seed: runs 97.6-117 ms)",
-        Point(117.0), "ms", align(T_ALIGN_W, AlignCol::On, 16 * KIB, 16 * KIB, MS))
-        .fit("timing.nand.program_page_ns, timing.ftl.gc_copy"),
+        Point(117.0), "ms", align(T_ALIGN_W, AlignCol::On, 16 * KIB, 16 * KIB, MS)),
     Row::new("s003-toshiba-align-write-8k16k-pre", 3, T,
         "-A -b 1024 p9: the 1 KiB writes before and after 8 and 16 KiB boundaries",
-        Range(3.6, 4.5), "ms", align(T_ALIGN_W, AlignCol::PrePost, 8 * KIB, 16 * KIB, MS))
-        .fit("timing.ftl.buffer_a.index_page"),
+        Range(3.6, 4.5), "ms", align(T_ALIGN_W, AlignCol::PrePost, 8 * KIB, 16 * KIB, MS)),
     Row::new("s003-toshiba-align-write-large-on", 3, T,
         "-A -b 1024 p9: 1 KiB write straddling a 32 KiB-8 MiB boundary (two small writes)",
-        Range(6.5, 7.1), "ms", align(T_ALIGN_W, AlignCol::On, 32 * KIB, ALL, MS))
-        .fit("timing.nand.dies"),
+        Range(6.5, 7.1), "ms", align(T_ALIGN_W, AlignCol::On, 32 * KIB, ALL, MS)),
     Row::new("s003-toshiba-align-write-large-pre", 3, T,
         "-A -b 1024 p9: the 1 KiB write before a 32 KiB-8 MiB boundary",
-        Range(3.6, 4.0), "ms", align(T_ALIGN_W, AlignCol::Pre, 32 * KIB, ALL, MS))
-        .fit("timing.ftl.buffer_a.index_page"),
+        Range(3.6, 4.0), "ms", align(T_ALIGN_W, AlignCol::Pre, 32 * KIB, ALL, MS)),
     Row::new("s003-toshiba-align-write-small-diff", 3, T,
         "-A -b 1024 p9: on − (pre+post)/2 at 2 and 4 KiB boundaries (±0.1 ms absolute)",
         Point(0.0), "ms", align(T_ALIGN_W, AlignCol::Diff, 2 * KIB, 4 * KIB, MS))
         .abs(0.1),
     Row::new("s003-toshiba-align-write-split8k-on", 3, T,
         "-A -b 1024 p9 with page_size=8192 (writes split at 8 KiB): straddling 8 and 16 KiB",
-        Range(6.84, 6.86), "ms", align(T_ALIGN_W_SPLIT, AlignCol::On, 8 * KIB, 16 * KIB, MS))
-        .fit("timing.nand.channel_ns_per_kib, timing.ftl.buffer_a.index_page"),
+        Range(6.84, 6.86), "ms", align(T_ALIGN_W_SPLIT, AlignCol::On, 8 * KIB, 16 * KIB, MS)),
     Row::new("s003-toshiba-open-au-7-512k", 3, T, "-O --open-au-nr 7 p9, 512 KiB writes",
         Point(13.2), MBS, open(T_OPEN7, 512 * KIB)),
     Row::new("s003-toshiba-open-au-7-256k", 3, T, "-O --open-au-nr 7 p9, 256 KiB writes",
@@ -434,32 +418,24 @@ pub static ROWS: &[Row] = &[
     Row::new("s003-toshiba-linear-64k", 3, T, "-O -0 1 p6 linear, 64 KiB writes",
         Point(9.81), MBS, lin(T_SWEEP, 64 * KIB)),
     Row::new("s003-toshiba-linear-32k", 3, T, "-O -0 1 p6 linear, 32 KiB writes (one write unit)",
-        Point(9.09), MBS, lin(T_SWEEP, 32 * KIB))
-        .fit("timing.controller.write_command_ns, timing.nand.program_page_ns"),
+        Point(9.09), MBS, lin(T_SWEEP, 32 * KIB)),
     Row::new("s003-toshiba-linear-16k", 3, T, "-O -0 1 p6 linear, 16 KiB writes (read-modify-write)",
-        Point(3.71), MBS, lin(T_SWEEP, 16 * KIB))
-        .fit("timing.nand.dies, timing.nand.channel_ns_per_kib"),
+        Point(3.71), MBS, lin(T_SWEEP, 16 * KIB)),
     Row::new("s003-toshiba-linear-8k", 3, T, "-O -0 1 p6 linear, 8 KiB writes (small-write log)",
-        Point(1.73), MBS, lin(T_SWEEP, 8 * KIB))
-        .fit("timing.ftl.buffer_a.pages_per_au, timing.ftl.coalesce_sub_page"),
+        Point(1.73), MBS, lin(T_SWEEP, 8 * KIB)),
     Row::new("s003-toshiba-linear-4k", 3, T, "-O -0 1 p6 linear, 4 KiB writes",
-        Point(0.845), MBS, lin(T_SWEEP, 4 * KIB))
-        .fit("timing.ftl.buffer_a.pages_per_au, timing.ftl.coalesce_sub_page"),
+        Point(0.845), MBS, lin(T_SWEEP, 4 * KIB)),
     Row::new("s003-toshiba-linear-2k", 3, T, "-O -0 1 p6 linear, 2 KiB writes",
         Point(0.418), MBS, lin(T_SWEEP, 2 * KIB))
-        .fit("timing.ftl.buffer_a.pages_per_au, timing.ftl.coalesce_sub_page")
         .gap(T_SMALL, 17.0, 26.0),
     Row::new("s003-toshiba-linear-1k", 3, T, "-O -0 1 p6 linear, 1 KiB writes",
         Point(0.208), MBS, lin(T_SWEEP, KIB))
-        .fit("timing.ftl.buffer_a.pages_per_au, timing.ftl.coalesce_sub_page")
         .gap(T_SMALL, 25.0, 35.0),
     Row::new("s003-toshiba-linear-512", 3, T, "-O -0 1 p6 linear, 512 B writes",
         Point(0.103), MBS, lin(T_SWEEP, 512))
-        .fit("timing.ftl.buffer_a.pages_per_au, timing.ftl.coalesce_sub_page")
         .gap(T_SMALL, 31.0, 40.0),
     Row::new("s003-toshiba-random-32k", 3, T, "-O -0 1 -r p6, 32 KiB writes in flashbench's random order",
-        Point(9.11), MBS, rnd(T_SWEEP, 32 * KIB))
-        .fit("timing.ftl.random_writes"),
+        Point(9.11), MBS, rnd(T_SWEEP, 32 * KIB)),
     Row::new("s003-toshiba-random-16k", 3, T, "-O -0 1 -r p6, 16 KiB writes",
         Point(3.72), MBS, rnd(T_SWEEP, 16 * KIB)),
     Row::new("s003-toshiba-random-8k", 3, T, "-O -0 1 -r p6, 8 KiB writes",
@@ -467,21 +443,17 @@ pub static ROWS: &[Row] = &[
     Row::new("s003-toshiba-random-4k", 3, T, "-O -0 1 -r p6, 4 KiB writes",
         Point(0.853), MBS, rnd(T_SWEEP, 4 * KIB)),
     Row::new("s003-toshiba-align-read-pre", 3, T, "-a -b 1024 p6: the 1 KiB read before each boundary",
-        Range(613.0, 761.0), "µs", align(T_ALIGN_R, AlignCol::Pre, 2 * KIB, ALL, US))
-        .fit("host.request_overhead_ns, timing.controller.read_command_ns"),
+        Range(613.0, 761.0), "µs", align(T_ALIGN_R, AlignCol::Pre, 2 * KIB, ALL, US)),
     Row::new("s003-toshiba-align-read-large-diff", 3, T,
         "-a -b 1024 p6: on − (pre+post)/2 at 16 KiB boundaries and up (a second tR)",
-        Range(210.0, 240.0), "µs", align(T_ALIGN_R, AlignCol::Diff, 16 * KIB, ALL, US))
-        .fit("timing.nand.read_page_ns"),
+        Range(210.0, 240.0), "µs", align(T_ALIGN_R, AlignCol::Diff, 16 * KIB, ALL, US)),
     Row::new("s003-toshiba-align-read-small-diff", 3, T,
         "-a -b 1024 p6: on − (pre+post)/2 at 2-8 KiB boundaries (±5 µs absolute)",
         Point(0.0), "µs", align(T_ALIGN_R, AlignCol::Diff, 2 * KIB, 8 * KIB, US))
-        .abs(5.0)
-        .fit("timing.nand.planes"),
+        .abs(5.0),
     Row::new("s003-toshiba-scatter-slow-page", 3, T,
         "-s --scatter-span=1 -b 8192: slow minus fast MLC page reads, 1024 consecutive 8 KiB blocks",
-        Point(30.0), "µs", Probe::Scatter { cmd: T_SCATTER })
-        .fit("timing.nand.read_page_slow_ns"),
+        Point(30.0), "µs", Probe::Scatter { cmd: T_SCATTER }),
     // ---- Seed 003, SanDisk SEM32G -----------------------------------------------------
     Row::new("s003-sandisk-open-au-20-1m", 3, S, "-O --open-au-nr 20 p9, 1 MiB writes",
         Point(9.87), MBS, open(S_OPEN20, MIB)),
@@ -493,11 +465,9 @@ pub static ROWS: &[Row] = &[
         Point(12.4), MBS, open(S_OPEN21, 2 * MIB))
         .gap(S_WHOLE_AU, -20.0, -13.0),
     Row::new("s003-sandisk-open-au-21-1m", 3, S, "-O --open-au-nr 21 p9, 1 MiB writes",
-        Point(4.65), MBS, open(S_OPEN21, MIB))
-        .fit("timing.ftl.gc_copy"),
+        Point(4.65), MBS, open(S_OPEN21, MIB)),
     Row::new("s003-sandisk-open-au-21-512k", 3, S, "-O --open-au-nr 21 p9, 512 KiB writes",
-        Point(1.95), MBS, open(S_OPEN21, 512 * KIB))
-        .fit("timing.ftl.gc_copy"),
+        Point(1.95), MBS, open(S_OPEN21, 512 * KIB)),
     Row::new("s003-sandisk-open-au-21-256k", 3, S, "-O --open-au-nr 21 p9, 256 KiB writes",
         Point(0.955), MBS, open(S_OPEN21, 256 * KIB)),
     Row::new("s003-sandisk-open-au-22-1m", 3, S, "-O --open-au-nr 22 p9, 1 MiB writes",
@@ -515,29 +485,21 @@ pub static ROWS: &[Row] = &[
         Point(0.776), MBS, open(S_OPEN22, 64 * KIB))
         .gap(S_PARTIAL_GC, -74.0, -67.0),
     Row::new("s003-sandisk-linear-4m", 3, S, "-O -0 1 p6 linear, 4 MiB writes",
-        Point(10.5), MBS, lin(S_SWEEP, 4 * MIB))
-        .fit("timing.nand.program_page_slow_ns"),
+        Point(10.5), MBS, lin(S_SWEEP, 4 * MIB)),
     Row::new("s003-sandisk-linear-2m", 3, S, "-O -0 1 p6 linear, 2 MiB writes",
-        Point(10.1), MBS, lin(S_SWEEP, 2 * MIB))
-        .fit("timing.nand.program_page_slow_ns"),
+        Point(10.1), MBS, lin(S_SWEEP, 2 * MIB)),
     Row::new("s003-sandisk-linear-1m", 3, S, "-O -0 1 p6 linear, 1 MiB writes",
-        Point(10.6), MBS, lin(S_SWEEP, MIB))
-        .fit("timing.nand.program_page_slow_ns"),
+        Point(10.6), MBS, lin(S_SWEEP, MIB)),
     Row::new("s003-sandisk-linear-512k", 3, S, "-O -0 1 p6 linear, 512 KiB writes",
-        Point(10.5), MBS, lin(S_SWEEP, 512 * KIB))
-        .fit("timing.nand.program_page_slow_ns, timing.ftl.sequential_write_ns"),
+        Point(10.5), MBS, lin(S_SWEEP, 512 * KIB)),
     Row::new("s003-sandisk-linear-256k", 3, S, "-O -0 1 p6 linear, 256 KiB writes",
-        Point(8.94), MBS, lin(S_SWEEP, 256 * KIB))
-        .fit("timing.nand.program_page_slow_ns, timing.ftl.sequential_write_ns"),
+        Point(8.94), MBS, lin(S_SWEEP, 256 * KIB)),
     Row::new("s003-sandisk-linear-128k", 3, S, "-O -0 1 p6 linear, 128 KiB writes",
-        Point(7.74), MBS, lin(S_SWEEP, 128 * KIB))
-        .fit("timing.nand.program_page_slow_ns, timing.ftl.sequential_write_ns"),
+        Point(7.74), MBS, lin(S_SWEEP, 128 * KIB)),
     Row::new("s003-sandisk-linear-64k", 3, S, "-O -0 1 p6 linear, 64 KiB writes",
-        Point(6.04), MBS, lin(S_SWEEP, 64 * KIB))
-        .fit("timing.nand.program_page_slow_ns, timing.ftl.sequential_write_ns"),
+        Point(6.04), MBS, lin(S_SWEEP, 64 * KIB)),
     Row::new("s003-sandisk-linear-32k", 3, S, "-O -0 1 p6 linear, 32 KiB writes",
-        Point(4.13), MBS, lin(S_SWEEP, 32 * KIB))
-        .fit("timing.nand.program_page_slow_ns, timing.ftl.sequential_write_ns"),
+        Point(4.13), MBS, lin(S_SWEEP, 32 * KIB)),
     Row::new("s003-sandisk-linear-16k", 3, S, "-O -0 1 p6 linear, 16 KiB writes",
         Point(3.2), MBS, lin(S_SWEEP, 16 * KIB))
         .gap(S_PAGE_RMW, -40.0, -32.0),
@@ -557,20 +519,15 @@ pub static ROWS: &[Row] = &[
         Point(0.396), MBS, lin(S_SWEEP, 512))
         .gap(S_SUB_PAGE, 57.0, 67.0),
     Row::new("s003-sandisk-random-1m", 3, S, "-O -0 1 -r p6, 1 MiB writes (too large for the SLC cache)",
-        Point(10.4), MBS, rnd(S_SWEEP, MIB))
-        .fit("timing.ftl.slc_cache.max_write_bytes"),
+        Point(10.4), MBS, rnd(S_SWEEP, MIB)),
     Row::new("s003-sandisk-random-512k", 3, S, "-O -0 1 -r p6, 512 KiB writes",
-        Point(16.3), MBS, rnd(S_SWEEP, 512 * KIB))
-        .fit("timing.nand.program_page_ns, host.request_overhead_ns, timing.ftl.slc_cache.max_write_bytes"),
+        Point(16.3), MBS, rnd(S_SWEEP, 512 * KIB)),
     Row::new("s003-sandisk-random-256k", 3, S, "-O -0 1 -r p6, 256 KiB writes",
-        Point(16.6), MBS, rnd(S_SWEEP, 256 * KIB))
-        .fit("timing.nand.program_page_ns, host.request_overhead_ns"),
+        Point(16.6), MBS, rnd(S_SWEEP, 256 * KIB)),
     Row::new("s003-sandisk-random-128k", 3, S, "-O -0 1 -r p6, 128 KiB writes",
-        Point(16.1), MBS, rnd(S_SWEEP, 128 * KIB))
-        .fit("timing.nand.program_page_ns, host.request_overhead_ns"),
+        Point(16.1), MBS, rnd(S_SWEEP, 128 * KIB)),
     Row::new("s003-sandisk-random-64k", 3, S, "-O -0 1 -r p6, 64 KiB writes",
-        Point(14.0), MBS, rnd(S_SWEEP, 64 * KIB))
-        .fit("timing.nand.program_page_ns, host.request_overhead_ns"),
+        Point(14.0), MBS, rnd(S_SWEEP, 64 * KIB)),
     Row::new("s003-sandisk-random-32k", 3, S, "-O -0 1 -r p6, 32 KiB writes",
         Point(11.1), MBS, rnd(S_SWEEP, 32 * KIB)),
     Row::new("s003-sandisk-random-16k", 3, S, "-O -0 1 -r p6, 16 KiB writes",
@@ -602,29 +559,23 @@ pub static ROWS: &[Row] = &[
         Range(52.0, 69.0), "µs", align(S_ALIGN_W, AlignCol::Diff, 2 * KIB, 8 * KIB, US))
         .gap(S_SUB_PAGE_STRADDLE, -101.0, -95.0),
     Row::new("s003-sandisk-align-read-pre", 3, S, "-a -b 1024 p6: the 1 KiB read before each boundary",
-        Range(1.01, 1.38), "ms", align(S_ALIGN_R, AlignCol::Pre, 2 * KIB, ALL, MS))
-        .fit("timing.controller.read_command_ns"),
+        Range(1.01, 1.38), "ms", align(S_ALIGN_R, AlignCol::Pre, 2 * KIB, ALL, MS)),
     Row::new("s003-sandisk-align-read-diff", 3, S,
         "-a -b 1024 p6: on − (pre+post)/2 at every boundary (the seed's is flat)",
         Range(80.0, 164.0), "µs", align(S_ALIGN_R, AlignCol::Diff, 2 * KIB, ALL, US))
-        .fit("timing.nand.read_page_ns")
         .gap(S_READ_FLAT, -101.0, 1.0),
     // ---- Seed 000, msm_sdcc, CFQ --------------------------------------------------------
     Row::new("s000-sdr50-lmdd-off", 0, SDR, "lmdd sequential write 64 MiB + fsync, SDR 50 MHz, no packing",
-        Point(15.0), MBS, Probe::DriverMbps { cmd: M_SDR_OFF, read: false })
-        .fit("timing.controller.write_command_ns, host.request_overhead_ns"),
+        Point(15.0), MBS, Probe::DriverMbps { cmd: M_SDR_OFF, read: false }),
     Row::new("s000-sdr50-lmdd-always", 0, SDR, "the same with packing",
-        Point(25.0), MBS, Probe::DriverMbps { cmd: M_SDR_ON, read: false })
-        .fit("timing.nand.program_page_ns, timing.controller.packed_entry_ns, host.bus_width"),
+        Point(25.0), MBS, Probe::DriverMbps { cmd: M_SDR_ON, read: false }),
     Row::new("s000-ddr50-lmdd-off", 0, DDR, "lmdd sequential write 64 MiB + fsync, DDR 50 MHz, no packing",
         Point(20.0), MBS, Probe::DriverMbps { cmd: M_DDR_OFF, read: false }),
     Row::new("s000-ddr50-lmdd-always", 0, DDR, "the same with packing",
-        Point(30.0), MBS, Probe::DriverMbps { cmd: M_DDR_ON, read: false })
-        .fit("timing.nand.program_page_ns"),
+        Point(30.0), MBS, Probe::DriverMbps { cmd: M_DDR_ON, read: false }),
     Row::new("s000-sdr50-parallel-read-off", 0, SDR,
         "parallel lmdd read and write for 10 s: the reader's throughput, no packing",
         Point(24.0), MBS, Probe::DriverMbps { cmd: M_PAR_OFF, read: true })
-        .fit("timing.controller.read_command_ns")
         .gap(M_READER, -20.0, -13.0),
     Row::new("s000-sdr50-parallel-read-always", 0, SDR, "the same, packing always",
         Point(12.0), MBS, Probe::DriverMbps { cmd: M_PAR_ON, read: true }),
@@ -657,8 +608,7 @@ pub static ROWS: &[Row] = &[
         .gap(M_WBR_ALWAYS, 1600.0, 1800.0),
     // ---- Seed 004, SanDisk eMMC 4.5, iozone -s 10240k -r 8192k ---------------------------
     Row::new("s004-iozone-write-off", 4, "sandisk-emmc45", "iozone write, no packing",
-        Point(17250.0), "KB/s", Probe::Iozone { cmd: I_OFF, rewrite: false })
-        .fit("timing.nand.program_page_ns"),
+        Point(17250.0), "KB/s", Probe::Iozone { cmd: I_OFF, rewrite: false }),
     Row::new("s004-iozone-rewrite-off", 4, "sandisk-emmc45", "iozone rewrite, no packing",
         Point(16794.0), "KB/s", Probe::Iozone { cmd: I_OFF, rewrite: true }),
     Row::new("s004-iozone-write-always", 4, "sandisk-emmc45", "iozone write, packing always",
@@ -1168,10 +1118,35 @@ fn groups(results: &[RowResult]) -> Vec<((u8, &'static str), Vec<&RowResult>)> {
     out
 }
 
+/// The model parameters this row's figure was used to set: the knobs of the row's model
+/// (its host profile included) whose provenance tag is `[fitted …]` naming the row
+/// (`vhost-user-emmc models --explain`). Empty: the figure is predicted. The model files
+/// are the one source; the table only reads them.
+pub fn fitted(row: &Row) -> Vec<String> {
+    static KNOBS: OnceLock<Mutex<HashMap<&'static str, Vec<Knob>>>> = OnceLock::new();
+    let mut cache = KNOBS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let knobs = cache.entry(row.model).or_insert_with(|| {
+        provenance::knobs(row.model).unwrap_or_else(|e| {
+            log::error!("provenance of {}: {e}", row.model);
+            Vec::new()
+        })
+    });
+    knobs
+        .iter()
+        .filter(|k| matches!(&k.kind, Provenance::Fitted(ids) if ids.iter().any(|i| i == row.id)))
+        .map(|k| k.path.clone())
+        .collect()
+}
+
 fn fitted_text(row: &Row) -> String {
-    match row.fitted {
-        Some(p) => format!("fitted: {p}"),
-        None => "predicted".into(),
+    let f = fitted(row);
+    if f.is_empty() {
+        "predicted".into()
+    } else {
+        format!("fitted: {}", f.join(", "))
     }
 }
 
@@ -1198,15 +1173,18 @@ pub fn markdown(results: &[RowResult]) -> String {
                 .iter()
                 .map(|c| format!("{}", cmds.iter().position(|x| x == c).map_or(0, |i| i + 1)))
                 .collect();
-            let fitted = match r.row.fitted {
-                Some(p) => format!(
+            let knobs = fitted(r.row);
+            let fitted = if knobs.is_empty() {
+                "predicted".into()
+            } else {
+                format!(
                     "fitted: {}",
-                    p.split(", ")
+                    knobs
+                        .iter()
                         .map(|p| format!("`{p}`"))
                         .collect::<Vec<_>>()
                         .join(", ")
-                ),
-                None => "predicted".into(),
+                )
             };
             let status = match r.status {
                 Status::Ok => r.status_text(),
@@ -1318,7 +1296,7 @@ struct JsonRow<'a> {
     tolerance: Tolerance,
     simulated: &'a [f64],
     error_pct: Option<f64>,
-    fitted: Option<&'a str>,
+    fitted: Vec<String>,
     known_gap: Option<&'a Gap>,
     status: Status,
     problem: Option<&'a str>,
@@ -1339,7 +1317,7 @@ pub fn json(results: &[RowResult]) -> String {
             tolerance: r.row.tolerance,
             simulated: &r.values,
             error_pct: r.error_pct,
-            fitted: r.row.fitted,
+            fitted: fitted(r.row),
             known_gap: r.row.known_gap.as_ref(),
             status: r.status,
             problem: r.problem.as_deref(),
@@ -1413,6 +1391,37 @@ pub fn run_command(args: &FidelityArgs) -> Result<FidelityOutput, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_table_and_the_provenance_tags_name_the_same_rows() {
+        let table: std::collections::BTreeSet<&str> = ROWS.iter().map(|r| r.id).collect();
+        let listed: std::collections::BTreeSet<&str> = provenance::fidelity_row_ids().collect();
+        assert_eq!(table.len(), ROWS.len(), "row ids are unique");
+        assert_eq!(
+            table.symmetric_difference(&listed).collect::<Vec<_>>(),
+            Vec::<&&str>::new(),
+            "crates/card/src/model/fidelity-rows.txt lists exactly the table's rows"
+        );
+    }
+
+    #[test]
+    fn the_fitted_column_comes_from_the_model_files() {
+        let row = ROWS
+            .iter()
+            .find(|r| r.id == "s003-toshiba-align-read-pre")
+            .unwrap();
+        // seed003-toshiba-host.toml: prepare_ns is [fitted s003-toshiba-align-read-pre].
+        assert!(
+            fitted(row).contains(&"host.prepare_ns".to_string()),
+            "{:?}",
+            fitted(row)
+        );
+        let predicted = ROWS
+            .iter()
+            .find(|r| r.id == "s003-toshiba-open-au-8-4m")
+            .unwrap();
+        assert!(fitted(predicted).is_empty());
+    }
 
     const REL: Tolerance = Tolerance::Relative(TOLERANCE);
 
