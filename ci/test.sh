@@ -53,6 +53,12 @@ if [[ $guest == 1 ]]; then
     # the host driver recovers from, the durable data intact.
     echo "== guest boot-and-fio: injected faults and a power cut (generic-emmc45)"
     guest-tests/run-guest-test.sh --quiet --no-build --disk vhost-user-blk --jobs faults
+    # Seed 000 with serve's defaults (docs/host-driver.md, "serve's defaults and seed
+    # 000"): a direct reader beside a buffered writer, packing off, always, controlled;
+    # the reader must keep ~24 MB/s, halve, and come back. Three boots of 10 s runs,
+    # about 3.5 minutes.
+    echo "== guest seed 000: parallel read and write, msm-emmc45-sdr50, three packing modes"
+    guest-tests/seed000-rw.sh --no-build
     # Simulated vs measured (docs/fidelity.md): fio's bandwidth and p50 in the guest
     # against the simulator's replay of the daemon's trace, both models, within 10%.
     # Eight guest boots, about 2.5 minutes.

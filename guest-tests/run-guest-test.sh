@@ -74,7 +74,7 @@ Options (environment variable in brackets):
                               qemu-storage-daemon on a raw file [GUEST_BACKEND]
   --model M                   device model for the emmc backend
                               (default generic-emmc45) [GUEST_MODEL]
-  --jobs quick|full|faults|fidelity|sdhci|virtio-mmc|card|card-stall|sdhci-perf
+  --jobs quick|full|faults|fidelity|seed000|sdhci|virtio-mmc|card|card-stall|sdhci-perf
                               job set: quick (CI, about 1 min of fio),
                               full (larger, adds queue depth 8), faults
                               (data CRC errors and a power cut injected through
@@ -82,7 +82,12 @@ Options (environment variable in brackets):
                               must report EIO and the durable data survive), or
                               fidelity (the jobs guest-tests/sim-vs-guest.sh
                               compares with the simulator, all in one boot;
-                              that script runs them one per boot); sdhci and
+                              that script runs them one per boot), seed000
+                              (seed 000's parallel read and write: a direct
+                              reader beside a buffered writer, for
+                              guest-tests/seed000-rw.sh; the daemon's statistics
+                              at the start and end of the run go to --save);
+                              sdhci and
                               virtio-mmc go with the --disk of that name;
                               card (the default of --disk sdhci), card-stall
                               (write stalls through mmc_block, for
@@ -93,6 +98,9 @@ Options (environment variable in brackets):
                               (derive N from the model; 0 = no check)
                               [GUEST_EXPECT_MIN_WRITE_LAT_US]
   --expect-min-read-lat-us N  the same for reads [GUEST_EXPECT_MIN_READ_LAT_US]
+  --serve-args 'ARGS'         more options for the emmc backend's serve, e.g.
+                              '--packing always' (words split on spaces)
+                              [GUEST_SERVE_ARGS]
   --backend-cmd TEMPLATE      command that serves a vhost-user-blk socket;
                               @SOCK@ @IMAGE@ @MODEL@ @BIN@ @TRACE@ are replaced
                               [GUEST_BACKEND_CMD]
@@ -156,6 +164,7 @@ JOBSET=${GUEST_JOBS:-}
 EXPECT_WRITE_US=${GUEST_EXPECT_MIN_WRITE_LAT_US:-0}
 EXPECT_READ_US=${GUEST_EXPECT_MIN_READ_LAT_US:-0}
 BACKEND_CMD=${GUEST_BACKEND_CMD:-}
+SERVE_ARGS=${GUEST_SERVE_ARGS:-}
 IMAGE_CMD=${GUEST_IMAGE_CMD:-}
 IMAGE_SIZE=${GUEST_IMAGE_SIZE:-1G}
 IMAGE_DIR=${GUEST_IMAGE_DIR:-}
@@ -187,6 +196,7 @@ while [[ $# -gt 0 ]]; do
     --expect-min-write-lat-us) need_arg "$@"; EXPECT_WRITE_US=$2; shift 2 ;;
     --expect-min-read-lat-us) need_arg "$@"; EXPECT_READ_US=$2; shift 2 ;;
     --backend-cmd) need_arg "$@"; BACKEND_CMD=$2; shift 2 ;;
+    --serve-args) need_arg "$@"; SERVE_ARGS=$2; shift 2 ;;
     --image-cmd) need_arg "$@"; IMAGE_CMD=$2; shift 2 ;;
     --image-size) need_arg "$@"; IMAGE_SIZE=$2; shift 2 ;;
     --image-dir) need_arg "$@"; IMAGE_DIR=$2; shift 2 ;;
@@ -226,7 +236,7 @@ KERNEL_SUITE=bookworm
 # backend, or one of its job sets).
 if [[ -z $DISK ]]; then
     case $BACKEND:$BACKEND_CMD:$JOBSET in
-    emmc::quick | emmc::full | emmc::faults | emmc::fidelity) DISK=vhost-user-blk ;;
+    emmc::quick | emmc::full | emmc::faults | emmc::fidelity | emmc::seed000) DISK=vhost-user-blk ;;
     emmc::*) DISK=sdhci ;;
     *) DISK=vhost-user-blk ;;
     esac
@@ -277,6 +287,15 @@ fidelity)
     GT=([GT_JOBS]="fidelity-seqwrite,fidelity-seqread,fidelity-randwrite,fidelity-randwrite-512k,fidelity-randread"
         [GT_FID_SEQ_SIZE]=128m [GT_FID_RAND_IOS]=400 [GT_FID_RAND_BIG_IOS]=128 [GT_HUGEPAGES]=16)
     : "${TIMEOUT:=300}"
+    ;;
+seed000)
+    # Seed 000's parallel read and write (guest-tests/seed000-rw.sh): the guest's
+    # queue settings, the reader alone, then the reader beside a buffered writer.
+    GT=([GT_JOBS]="seed000-info,seed000-read,seed000-rw" [GT_S0_RUNTIME]=10
+        [GT_S0_ALONE_RUNTIME]=4 [GT_S0_READ_SPAN]=384m [GT_S0_WRITE_OFFSET]=512m
+        [GT_S0_WRITE_SPAN]=2g)
+    : "${TIMEOUT:=300}"
+    [[ $BACKEND == emmc ]] || die "--jobs seed000 needs the emmc backend (its control socket)"
     ;;
 sdhci)
     # QEMU's in-process sdhci-pci + emmc (--disk qemu-sdhci): what the guest sees
@@ -329,7 +348,7 @@ sdhci-perf)
     : "${TIMEOUT:=240}"
     [[ $DISK == sdhci ]] || die "--jobs sdhci-perf needs --disk sdhci"
     ;;
-*) die "--jobs must be quick, full, faults, fidelity, sdhci, virtio-mmc, card, card-stall or sdhci-perf, not '$JOBSET'" ;;
+*) die "--jobs must be quick, full, faults, fidelity, seed000, sdhci, virtio-mmc, card, card-stall or sdhci-perf, not '$JOBSET'" ;;
 esac
 case $JOBSET in
 sdhci | virtio-mmc | card | card-stall | sdhci-perf) ;;
@@ -341,6 +360,9 @@ for kv in "${FIO_VARS[@]}"; do
     GT[${BASH_REMATCH[1]}]=${BASH_REMATCH[2]}
 done
 [[ $TIMEOUT =~ ^[0-9]+$ ]] || die "--timeout: not a whole number of seconds: $TIMEOUT"
+[[ $SERVE_ARGS =~ ^[A-Za-z0-9_,.:/=\ -]*$ ]] ||
+    die "--serve-args: letters, digits, spaces and _,.:/=- only: $SERVE_ARGS"
+[[ -z $SERVE_ARGS || $BACKEND == emmc ]] || die "--serve-args needs the emmc backend"
 IFS=, read -r -a JOB_FILES <<<"${GT[GT_JOBS]}"
 # fio jobs (jobs/NAME.fio) and shell jobs (jobs/NAME.sh), for the checks.
 FIO_JOBS=()
@@ -364,13 +386,13 @@ qemu-sdhci)
 virtio-mmc)
     [[ $BACKEND == emmc ]] || die "--disk virtio-mmc needs the emmc backend"
     # RUST_LOG=info: the daemon logs each frontend session (attached, detached).
-    : "${BACKEND_CMD:=env RUST_LOG=info @BIN@ serve --transport mmc --socket @SOCK@ --model @MODEL@ --image @IMAGE@ --timing realtime --control @CONTROL@}"
+    : "${BACKEND_CMD:=env RUST_LOG=info @BIN@ serve --transport mmc --socket @SOCK@ --model @MODEL@ --image @IMAGE@ --timing realtime --control @CONTROL@ @SERVE_ARGS@}"
     ;;
 sdhci)
     [[ $BACKEND == emmc ]] || die "--disk sdhci needs the emmc backend"
     # The command log is what the host checks the guest's commands in; the fault
     # plan (job set card) fails some writes' data CRC.
-    : "${BACKEND_CMD:=env RUST_LOG=info @BIN@ serve --transport sdhci @PCI_IDENTITY@ --socket @SOCK@ --model @MODEL@ --image @IMAGE@ --timing realtime --cmd-log @CMDLOG@ --control @CONTROL@ @FAULT_PLAN@}"
+    : "${BACKEND_CMD:=env RUST_LOG=info @BIN@ serve --transport sdhci @PCI_IDENTITY@ --socket @SOCK@ --model @MODEL@ --image @IMAGE@ --timing realtime --cmd-log @CMDLOG@ --control @CONTROL@ @FAULT_PLAN@ @SERVE_ARGS@}"
     ;;
 esac
 case $BACKEND in
@@ -380,7 +402,7 @@ emmc)
     # power cut, in the run directory a failure leaves behind.
     cmdlog_opt=
     [[ $JOBSET != faults ]] || cmdlog_opt=" --cmd-log @CMDLOG@"
-    : "${BACKEND_CMD:=@BIN@ serve --socket @SOCK@ --model @MODEL@ --image @IMAGE@ --timing realtime --trace @TRACE@ --control @CONTROL@$cmdlog_opt}"
+    : "${BACKEND_CMD:=@BIN@ serve --socket @SOCK@ --model @MODEL@ --image @IMAGE@ --timing realtime --trace @TRACE@ --control @CONTROL@$cmdlog_opt @SERVE_ARGS@}"
     : "${IMAGE_CMD:=@BIN@ image create --model @MODEL@ @IMAGE@}"
     ;;
 qsd)
@@ -705,6 +727,7 @@ expand_template() {
     opt=
     [[ ! -s ${FAULT_PLAN:-} ]] || opt="--fault-plan $(printf '%q' "$FAULT_PLAN")"
     t=${t//@FAULT_PLAN@/$opt}
+    t=${t//@SERVE_ARGS@/$SERVE_ARGS}
     printf '%s' "$t"
 }
 
@@ -766,6 +789,17 @@ power_cut_driver() {
     sleep 3
     control stats >"$WORK/stats.json" || return 1
     python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print("stats after the cut:", json.dumps(s.get("transport", {})), "injections", json.dumps(s.get("faults", {}).get("injections_total")))' "$WORK/stats.json" || true
+}
+# Job set seed000: the daemon's statistics when the guest starts seed000-rw and
+# GT_S0_RUNTIME seconds later (card time follows the wall clock), so the packing
+# histogram and the card-time window are those of the run. fio itself ends later: the
+# last close of the disk writes the guest's dirty pages back.
+stats_driver() {
+    exec >>"$WORK/control.log" 2>&1
+    wait_for_job seed000-rw || return 1
+    control stats >"$WORK/stats-start.json" || return 1
+    sleep "${GT[GT_S0_RUNTIME]}"
+    control stats >"$WORK/stats-end.json" || return 1
 }
 # After the run: the daemon counted the injections and reset the card after the cut.
 check_fault_stats() {
@@ -943,6 +977,9 @@ if [[ $JOBSET == faults ]]; then
 elif [[ $JOBSET == card ]]; then
     power_cut_driver &
     FAULT_PID=$!
+elif [[ $JOBSET == seed000 ]]; then
+    stats_driver &
+    FAULT_PID=$!
 fi
 boot_start=$SECONDS
 backend_gone_at=
@@ -985,7 +1022,11 @@ if [[ -n $FAULT_PID ]]; then
     FAULT_PID=
     sed 's/^/control: /' "$WORK/control.log"
     if [[ $fault_rc != 0 ]]; then
-        failures+=("the fault driver could not inject its faults (control.log above)")
+        if [[ $JOBSET == seed000 ]]; then
+            failures+=("the daemon's statistics could not be read (control.log above)")
+        else
+            failures+=("the fault driver could not inject its faults (control.log above)")
+        fi
     elif [[ $JOBSET == faults ]]; then
         check_fault_stats || failures+=("the daemon's statistics do not show the faults")
     fi
@@ -1080,6 +1121,9 @@ if [[ -n $SAVE_DIR ]]; then
     tr -d '\r' <"$CONSOLE" >"$SAVE_DIR/console.log"
     [[ ! -f $TRACE ]] || cp "$TRACE" "$SAVE_DIR/serve.trace"
     [[ ! -f $CMDLOG ]] || cp "$CMDLOG" "$SAVE_DIR/cmd.log"
+    for f in stats-start.json stats-end.json; do
+        [[ ! -f $WORK/$f ]] || cp "$WORK/$f" "$SAVE_DIR/$f"
+    done
     log "saved data.log, console.log$([[ -f $TRACE ]] && echo ', serve.trace') in $SAVE_DIR"
 fi
 

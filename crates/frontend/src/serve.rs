@@ -174,10 +174,11 @@ pub struct ServeArgs {
     /// Write packing control's threshold (`num_wr_reqs_to_start_packing`).
     #[arg(long, default_value_t = emmc_host::packing::DEFAULT_NUM_WR_REQS_TO_START_PACKING)]
     pub wr_threshold: u32,
-    /// The host driver's I/O scheduler (the guest's block layer has scheduled already;
-    /// noop keeps its order). blk transport only.
-    #[arg(long, value_enum, default_value_t = SchedulerArg::Noop)]
-    pub scheduler: SchedulerArg,
+    /// The host driver's I/O scheduler [default: cfq, with Linux's defaults: reads
+    /// (sync) before the guest's writeback (async), as seed 000's kernel scheduled them;
+    /// noop keeps the guest's order]. blk transport only.
+    #[arg(long, value_enum)]
+    pub scheduler: Option<SchedulerArg>,
     /// CFQ's `slice_idle` in microseconds.
     #[arg(long, default_value_t = 8000)]
     pub slice_idle_us: u64,
@@ -192,6 +193,19 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
+    /// The blk transport's I/O scheduler: `--scheduler`, or serve's default
+    /// ([`emmc_host::blkdrv::BlkConfig::served`]), with `--slice-idle-us` for CFQ.
+    pub fn elevator(&self) -> emmc_host::iosched::Elevator {
+        use emmc_host::iosched::Elevator;
+        match self.scheduler {
+            Some(s) => s.elevator(self.slice_idle_us),
+            None => match emmc_host::blkdrv::BlkConfig::served(&Default::default()).elevator {
+                Elevator::Cfq(_) => SchedulerArg::Cfq.elevator(self.slice_idle_us),
+                other => other,
+            },
+        }
+    }
+
     /// `--timing` and `--time-scale`.
     pub fn pacing(&self) -> Pacing {
         match self.timing {
@@ -256,7 +270,7 @@ pub fn refuse_blk_options(args: &ServeArgs) -> Result<(), String> {
     if args.packing != PackingArg::Off {
         given.push("--packing");
     }
-    if args.scheduler != SchedulerArg::Noop {
+    if args.scheduler.is_some() {
         given.push("--scheduler");
     }
     if given.is_empty() {

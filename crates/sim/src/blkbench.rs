@@ -45,6 +45,9 @@ pub struct DriverSetup {
     pub pipeline: bool,
     /// Closed-ended transfers with CMD23.
     pub cmd23: bool,
+    /// The scheduler merges contiguous requests (off where each request must complete on
+    /// its own, as serve's virtio requests do).
+    pub merge: bool,
 }
 
 impl Default for DriverSetup {
@@ -56,6 +59,7 @@ impl Default for DriverSetup {
             bkops: BkopsPolicy::default(),
             pipeline: true,
             cmd23: true,
+            merge: true,
         }
     }
 }
@@ -82,6 +86,21 @@ pub fn driver_with_cmd_log(
 }
 
 impl DriverSetup {
+    /// The policies `serve` runs its driver with ([`BlkConfig::served`]): what a replay of
+    /// a guest's trace, or a fio job standing in for a guest, is measured through.
+    pub fn served() -> DriverSetup {
+        let served = BlkConfig::served(&Default::default());
+        DriverSetup {
+            packing: served.packing,
+            elevator: served.elevator,
+            hpi: served.hpi,
+            bkops: served.bkops,
+            pipeline: served.pipeline,
+            cmd23: served.cmd23,
+            merge: served.merge,
+        }
+    }
+
     /// The block driver's configuration: the model's `[host]` section with this setup's
     /// policies. A driver on another transport of the same card (virtio-mmc) probes with
     /// it to run the same experiment.
@@ -93,6 +112,7 @@ impl DriverSetup {
             bkops: self.bkops,
             pipeline: self.pipeline,
             cmd23: self.cmd23,
+            merge: self.merge,
             ..BlkConfig::for_model(&model.host)
         }
     }

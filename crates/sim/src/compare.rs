@@ -101,8 +101,9 @@ pub struct CompareArgs {
     /// Seed of the workload's random offsets.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// The I/O scheduler where no policy names one (default: noop for traces and fio
-    /// workloads — the guest scheduled them already —, cfq for the seed experiments).
+    /// The I/O scheduler where no policy names one (default: serve's, CFQ, for traces
+    /// and fio workloads — they are measured through serve's driver —, and CFQ for the
+    /// seed experiments).
     #[arg(long, value_enum)]
     pub scheduler: Option<SchedulerArg>,
     /// A stall is a time over this many milliseconds in which requests were outstanding
@@ -427,15 +428,20 @@ pub fn compare(args: &CompareArgs, progress: &Progress) -> Result<Comparison, St
             | Experiment::ParallelRw { .. }
             | Experiment::IozoneWrite { .. }
     );
-    let scheduler = args.scheduler.unwrap_or(if seed_experiment {
-        SchedulerArg::Cfq
+    // The seed experiments are Linux's own processes on Linux's block layer (CFQ,
+    // merging); traces and fio jobs stand for a guest's requests, measured through what
+    // serve runs (BlkConfig::served).
+    let mut base = if seed_experiment {
+        DriverSetup {
+            elevator: SchedulerArg::Cfq.elevator(8000),
+            ..DriverSetup::default()
+        }
     } else {
-        SchedulerArg::Noop
-    });
-    let base = DriverSetup {
-        elevator: scheduler.elevator(8000),
-        ..DriverSetup::default()
+        DriverSetup::served()
     };
+    if let Some(scheduler) = args.scheduler {
+        base.elevator = scheduler.elevator(8000);
+    }
     let policies = policies(&args.policies, &base)?;
     let threshold = (args.stall_ms * 1e6) as Nanos;
     let cells: Vec<(usize, usize)> = (0..models.len())

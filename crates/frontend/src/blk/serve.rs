@@ -56,7 +56,7 @@ pub fn serve_blk(args: &ServeArgs) -> Result<(), String> {
     let (card, model) = open_card(args)?;
     let policy = DriverPolicy {
         packing: args.packing.mode(args.wr_threshold),
-        elevator: args.scheduler.elevator(args.slice_idle_us),
+        elevator: args.elevator(),
     };
     let faults = load_fault_plan(args.fault_plan.as_deref())?;
     let cmd_log = open_cmd_log(args, card.now(), &model.name)?;

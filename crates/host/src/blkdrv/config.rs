@@ -129,13 +129,24 @@ impl BlkConfig {
 
     /// The driver `serve` runs in front of the card (the vhost-user-blk transport) and
     /// the simulator measures through: the model's host with serve's policies: no
-    /// packing, no reordering (the guest's block layer scheduled already) and no merging
-    /// (each virtio request completes on its own). One place, so the figures the
-    /// calibration tests hold are the figures a guest gets.
+    /// packing, CFQ with Linux's defaults, and no merging (each virtio request completes
+    /// on its own). One place, so the figures the calibration tests hold are the figures
+    /// a guest gets.
+    ///
+    /// CFQ, not noop, because of where the requests wait (docs/host-driver.md, "serve's
+    /// defaults and seed 000"). A guest's virtio-blk queue is as deep as its virtqueue
+    /// (QEMU's vhost-user-blk: 128), so a guest's writeback sits in the daemon's
+    /// scheduler, not in the guest's: the daemon's scheduler is where Linux's MMC stack
+    /// had CFQ, above a queue thread that takes two requests. Noop keeps arrival order,
+    /// and a guest's read waits behind every write it finds (1.8 MB/s in seed 000's
+    /// parallel read and write, whatever packing does). CFQ tells them apart by what the
+    /// daemon knows of a virtio request: a read is sync (a process waits for it), a
+    /// write async (writeback; virtio-blk carries no sync flag); a read preempts the
+    /// writes and waits only for those already in the driver, as in seed 000.
     pub fn served(host: &emmc_card::model::HostProfile) -> BlkConfig {
         BlkConfig {
             packing: PackingMode::Off,
-            elevator: Elevator::Noop,
+            elevator: Elevator::Cfq(Default::default()),
             merge: false,
             ..BlkConfig::for_model(host)
         }

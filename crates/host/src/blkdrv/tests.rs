@@ -1234,3 +1234,88 @@ fn next_event_says_when_the_driver_has_work_of_its_own() {
         "a toshiba small write takes milliseconds"
     );
 }
+
+/// Reads per second, in MB/s, of a reader (128 KiB at queue depth 1, the next asked for
+/// 0.3 ms after each completes) beside writeback that keeps 128 writes of 64 KiB queued
+/// (a guest's full virtqueue), for `secs` of card time; `writer: false`, the reader alone.
+fn reader_beside_writeback(m: &DeviceModel, cfg: BlkConfig, writer: bool, secs: u64) -> f64 {
+    const THINK: Nanos = 300_000;
+    let mut d = MmcBlk::probe(null_host(m), cfg).unwrap();
+    let t0 = d.now();
+    let end = t0 + secs * 1000 * MS;
+    let mut next_id = 0u64;
+    let mut id = || {
+        next_id += 1;
+        next_id
+    };
+    let mut write_lba = 2_000_000u64;
+    if writer {
+        for _ in 0..128 {
+            d.submit(req(id(), BlkOp::Write, write_lba, 128), t0);
+            write_lba += 128;
+        }
+    }
+    let mut read_lba = 0u64;
+    let mut read_left = 256u64;
+    let mut read_bytes = 0u64;
+    let mut next_read = None;
+    d.submit(req(id(), BlkOp::Read, read_lba, 256), t0);
+    loop {
+        let until = next_read.unwrap_or(end).min(end);
+        let state = d.advance(until);
+        for c in d.take_completions() {
+            c.result.expect("no errors");
+            if c.req.op == BlkOp::Read {
+                read_left -= u64::from(c.req.sectors);
+                if read_left == 0 {
+                    read_bytes += 256 * 512;
+                    read_left = 256;
+                    read_lba += 256;
+                    next_read = Some(c.at + THINK);
+                }
+            } else if c.req.op == BlkOp::Write && c.at < end {
+                d.submit(req(id(), BlkOp::Write, write_lba, 128), c.at);
+                write_lba += 128;
+            }
+        }
+        let now = d.now();
+        if now >= end {
+            break;
+        }
+        if let Some(t) = next_read {
+            if now >= t || state == Advance::Idle {
+                d.submit(req(id(), BlkOp::Read, read_lba, 256), now.max(t));
+                next_read = None;
+            }
+        }
+    }
+    read_bytes as f64 / secs as f64 / 1e6
+}
+
+/// Seed 000's parallel read and write as a guest hands it to serve: the reader keeps
+/// most of its rate under serve's default driver (CFQ: a read is sync and preempts the
+/// async writeback, waiting only for the writes in the driver), and loses nearly all of
+/// it under noop, which serves the deep queue in arrival order (docs/host-driver.md,
+/// "serve's defaults and seed 000"). Fails if `BlkConfig::served` stops separating reads
+/// from writeback.
+#[test]
+fn served_defaults_keep_a_reader_going_beside_a_deep_writeback_queue() {
+    let m = model("msm-emmc45-sdr50");
+    let served = BlkConfig::served(&m.host);
+    let alone = reader_beside_writeback(&m, served.clone(), false, 2);
+    let beside = reader_beside_writeback(&m, served.clone(), true, 2);
+    let noop = BlkConfig {
+        elevator: Elevator::Noop,
+        ..served
+    };
+    let beside_noop = reader_beside_writeback(&m, noop, true, 2);
+    assert!(alone > 15.0, "the reader alone: {alone:.1} MB/s");
+    assert!(
+        beside >= 0.6 * alone,
+        "serve's defaults: the reader got {beside:.1} MB/s beside writeback, {alone:.1} alone"
+    );
+    assert!(
+        beside_noop <= 0.2 * alone,
+        "noop: the reader got {beside_noop:.1} MB/s beside writeback, {alone:.1} alone"
+    );
+}
