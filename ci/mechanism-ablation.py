@@ -155,9 +155,8 @@ def run_tests():
     if "could not compile" in out or "error[" in out:
         sys.stderr.write(out[-3000:])
         return None
-    failed = set(re.findall(r"^test (\S+) \.\.\. FAILED", out, re.M))
-    failed |= set(re.findall(r"^    (\S+)$", out.split("failures:")[-1], re.M)) if "failures:" in out else set()
-    return failed
+    # Every failing test prints "---- NAME stdout ----", quiet or not, in every binary.
+    return set(re.findall(r"^---- (\S+) stdout ----", out, re.M))
 
 
 def main():

@@ -180,7 +180,7 @@ pub struct ServeArgs {
     #[arg(long, value_enum)]
     pub scheduler: Option<SchedulerArg>,
     /// CFQ's `slice_idle` in microseconds.
-    #[arg(long, default_value_t = 8000)]
+    #[arg(long, default_value_t = LINUX_SLICE_IDLE_US)]
     pub slice_idle_us: u64,
     /// Fault plan (TOML, docs/faults.md) applied to every command the controller sends
     /// once the card is served; a plan that fails validation stops the daemon.
@@ -192,17 +192,24 @@ pub struct ServeArgs {
     pub control: Option<PathBuf>,
 }
 
+/// Linux's CFQ `slice_idle` (8 ms).
+const LINUX_SLICE_IDLE_US: u64 = 8000;
+
 impl ServeArgs {
     /// The blk transport's I/O scheduler: `--scheduler`, or serve's default
     /// ([`emmc_host::blkdrv::BlkConfig::served`]), with `--slice-idle-us` for CFQ.
     pub fn elevator(&self) -> emmc_host::iosched::Elevator {
         use emmc_host::iosched::Elevator;
-        match self.scheduler {
-            Some(s) => s.elevator(self.slice_idle_us),
-            None => match emmc_host::blkdrv::BlkConfig::served(&Default::default()).elevator {
-                Elevator::Cfq(_) => SchedulerArg::Cfq.elevator(self.slice_idle_us),
-                other => other,
-            },
+        match (
+            self.scheduler,
+            emmc_host::blkdrv::BlkConfig::served(&Default::default()).elevator,
+        ) {
+            (Some(s), _) => s.elevator(self.slice_idle_us),
+            (None, Elevator::Cfq(served)) => Elevator::Cfq(emmc_host::iosched::CfqTunables {
+                slice_idle_ns: self.slice_idle_us.min(10_000_000) * 1000,
+                ..served
+            }),
+            (None, other) => other,
         }
     }
 

@@ -183,9 +183,14 @@ impl CardDevice {
         }
     }
 
+    /// A request of the synchronous caller: it waits for each one (flashbench opens the
+    /// device O_DIRECT | O_SYNC), so every request is sync in CFQ's sense, writes too.
     fn request(&mut self, op: BlkOp, lba: u64, sectors: u32) -> BlkRequest {
         self.next_id += 1;
-        BlkRequest::new(self.next_id, op, lba, sectors)
+        BlkRequest {
+            sync: true,
+            ..BlkRequest::new(self.next_id, op, lba, sectors)
+        }
     }
 }
 
@@ -218,7 +223,6 @@ impl BlockDevice for CardDevice {
         self.check_range(lba, sectors)?;
         let mut req = self.request(BlkOp::Write, lba, sectors);
         req.fua = reliable;
-        req.sync = reliable;
         self.run(req)
     }
 

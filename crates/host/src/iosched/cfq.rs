@@ -16,7 +16,11 @@
 //! - **Idling** (`slice_idle` 8 ms): when the active sync queue runs empty with nothing in
 //!   flight, CFQ waits for its process's next request instead of switching — if the
 //!   process's mean think time (decaying average of the gap between a completion and its
-//!   next request, each sample capped at 2 × `slice_idle`) is at most `slice_idle`.
+//!   next request, each sample capped at 2 × `slice_idle`) is at most `slice_idle`, and
+//!   the queue is not *seeky* (`cfq_update_io_seektime`, `CFQQ_SEEKY`): of its last 32
+//!   requests more than 4 were small (under 64 sectors) on a non-rotational queue (the
+//!   MMC queue is one), or jumped more than 800 sectors on a rotational one — unless the
+//!   queue has been *deep* (4 or more requests queued at once).
 //! - **Preemption**: a sync request arriving while an async queue is active (or the
 //!   active queue's slice is used) makes its queue active at once.
 //! - **Dispatch limits** (`cfq_may_dispatch`): a sync queue that idles does not start while
@@ -36,7 +40,7 @@
 //! Not modelled: priorities other than the default best-effort 4, groups (blkio cgroups),
 //! workload slices and `target_latency` scaling, `back_seek` penalties, close
 //! cooperators, `hw_tag` detection (CFQ stops idling on queued hardware that keeps more
-//! than 5 requests in flight; an MMC host with packing can), seeky-queue detection.
+//! than 5 requests in flight; an MMC host with packing can).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -61,6 +65,9 @@ pub struct CfqTunables {
     pub slice_idle_ns: Nanos,
     /// `low_latency`: ramp up the async queue's depth after sync I/O.
     pub low_latency: bool,
+    /// The queue is non-rotational (`QUEUE_FLAG_NONROT`, which the MMC queue sets): a
+    /// queue of small requests is seeky and does not idle.
+    pub nonrot: bool,
 }
 
 impl Default for CfqTunables {
@@ -74,9 +81,15 @@ impl Default for CfqTunables {
             slice_async_rq: 2,
             slice_idle_ns: 8 * MS,
             low_latency: true,
+            nonrot: true,
         }
     }
 }
+
+/// A seek on a rotational queue: more than 800 sectors away (`CFQQ_SEEK_THR`).
+const CFQQ_SEEK_THR: u64 = 8 * 100;
+/// A small request on a non-rotational queue: under 64 sectors (`CFQQ_SECT_THR_NONROT`).
+const CFQQ_SECT_THR_NONROT: u32 = 2 * 32;
 
 /// The default priority level of best-effort I/O (IOPRIO_NORM) and the number of levels.
 const IOPRIO_NORM: u64 = 4;
@@ -104,6 +117,12 @@ struct CfqQueue {
     ttime_mean: Nanos,
     ttime_samples: u32,
     idle_window: bool,
+    /// One bit per request, newest lowest: a seek (or, non-rotational, a small request).
+    seek_history: u32,
+    /// End of the last request added (0: none yet).
+    last_request_pos: u64,
+    /// The queue held 4 or more requests at once (`cfq_cfqq_deep`).
+    deep: bool,
 }
 
 impl CfqQueue {
@@ -124,6 +143,9 @@ impl CfqQueue {
             ttime_mean: 0,
             ttime_samples: 0,
             idle_window: sync,
+            seek_history: 0,
+            last_request_pos: 0,
+            deep: false,
         }
     }
 
@@ -232,11 +254,37 @@ impl Cfq {
         self.t.slice_idle_ns > 0 && q.sync && q.idle_window
     }
 
+    /// `cfq_update_io_seektime`: a sync queue's seek history, one bit per request.
+    fn update_seektime(&mut self, i: usize, req: &BlkRequest) {
+        let nonrot = self.t.nonrot;
+        let q = &mut self.queues[i];
+        let sdist = if q.last_request_pos == 0 {
+            0
+        } else {
+            req.lba.abs_diff(q.last_request_pos)
+        };
+        let seek = if nonrot {
+            req.sectors < CFQQ_SECT_THR_NONROT
+        } else {
+            sdist > CFQQ_SEEK_THR
+        };
+        q.seek_history = (q.seek_history << 1) | u32::from(seek);
+        q.last_request_pos = req.end();
+    }
+
     /// `cfq_update_io_thinktime` and `cfq_update_idle_window` for a new request.
     fn update_thinktime(&mut self, i: usize, now: Nanos) {
         let cap = 2 * self.t.slice_idle_ns;
         let q = &mut self.queues[i];
         if !q.sync {
+            return;
+        }
+        if q.sorted.len() + 1 >= 4 {
+            q.deep = true;
+        }
+        // A seeky queue gains nothing from idling (CFQQ_SEEKY), unless it has been deep.
+        if !q.deep && q.seek_history.count_ones() > 32 / 8 {
+            q.idle_window = false;
             return;
         }
         if let Some(last) = q.last_end_request {
@@ -398,6 +446,9 @@ impl IoScheduler for Cfq {
             return;
         }
         let i = self.queue_index(&req);
+        if self.queues[i].sync {
+            self.update_seektime(i, &req);
+        }
         self.update_thinktime(i, now);
         let expire = now.saturating_add(if req.is_sync() {
             self.t.fifo_expire_sync_ns
@@ -635,6 +686,50 @@ mod tests {
         // It does not come back: after slice_idle the async queue runs.
         let w = s.dispatch(4 * MS + 8 * MS).unwrap();
         assert_eq!(w.op, BlkOp::Write);
+    }
+
+    /// A reader issuing `n` reads of `sectors` at `stride` apart, each completing 1 ms
+    /// after it is dispatched and the next arriving 0.3 ms later; then a write and one
+    /// more read: is CFQ idling for the reader after that read?
+    fn idles_after(t: CfqTunables, n: u64, sectors: u32, stride: u64) -> bool {
+        let mut s = Cfq::new(t, LIMITS);
+        let mut now = 0;
+        let read = |id: u64| BlkRequest {
+            ioc: 1,
+            ..BlkRequest::new(id, BlkOp::Read, id * stride, sectors)
+        };
+        for i in 0..n {
+            s.add(read(i), now);
+            let r = s.dispatch(now).unwrap();
+            now += MS;
+            s.completed(&r, now);
+            now += 300_000;
+        }
+        s.add(write(99, 9_000_000), now);
+        s.add(read(n), now);
+        let r = s.dispatch(now).unwrap();
+        assert_eq!(r.op, BlkOp::Read);
+        s.completed(&r, now + MS);
+        s.dispatch(now + MS).is_none()
+    }
+
+    #[test]
+    fn a_seeky_reader_does_not_hold_the_device_on_a_non_rotational_queue() {
+        let t = CfqTunables::default();
+        // 4 KiB reads: small on a non-rotational queue; after more than 4 of them CFQ
+        // stops idling and the write goes at once.
+        assert!(idles_after(t, 3, 8, 8), "too few samples: still idling");
+        assert!(!idles_after(t, 10, 8, 8), "4 KiB reads are seeky");
+        // 128 KiB sequential reads (seed 000's reader) keep their idle window.
+        assert!(idles_after(t, 10, 256, 256));
+        // On a rotational queue seeks are distance: 4 KiB reads in sequence idle,
+        // 4 KiB reads 1 GiB apart do not.
+        let rot = CfqTunables {
+            nonrot: false,
+            ..t
+        };
+        assert!(idles_after(rot, 10, 8, 8));
+        assert!(!idles_after(rot, 10, 8, 2_000_000));
     }
 
     #[test]
