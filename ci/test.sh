@@ -29,6 +29,11 @@ cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test --workspace"
 cargo test --workspace --all-targets
 
+# Issue 15: every timing mechanism switched off in turn must break the calibration or
+# fidelity test named for it (docs/fidelity.md). A copy of HEAD under target/ablation/.
+echo "== mechanism ablation: each mechanism off, its named test must fail (about 3 min)"
+python3 ci/mechanism-ablation.py
+
 echo "== fuzz smoke run: 8 s per target (libFuzzer on nightly, else the stable runner)"
 ci/fuzz.sh --seconds 8
 
