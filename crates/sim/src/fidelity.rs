@@ -299,7 +299,6 @@ const P_FIND: &str = "compare --models generic-emmc45 --workload rand-read --bs 
 const T_OPEN8_WHOLE: &str = "2 and 4 MiB writes fill whole AUs and close them without a copy, so the model writes them at its ~11.8 MB/s as at N=7, where the real card wrote them at ~7 MB/s as in its own linear sweep: the long-write slowdown no mechanism here gives (see the linear 1-4 MiB rows).";
 const T_OPEN8_COPY: &str = "One GC copy rate serves both this and the -A stall: fitted to the stall (~0.88 ms per 32 KiB write unit, eight runs agree) it is too fast here, which needs ~1.2 ms (and would put the stall 37% high); a copy whose cost depends on how much of the AU is valid is not modelled.";
 const T_LONG: &str = "No mechanism slows long sequential writes: the model writes 1-4 MiB at ~11.7 MB/s where the real card fell to 7.2-9.2 MB/s, probably because the thread's p6 started 2 MiB into a 4 MiB AU so every large write straddled two AUs, while the simulated region is AU-aligned.";
-const T_SMALL: &str = "The model merges an AU's small-write log every 64 pages however many writes filled them, so the merge's share per write shrinks with the write (3.7 ms per 512 B write); the real card's near-constant ~4.8-5 ms per write below 8 KiB says it paid per write, not per page.";
 const S_WHOLE_AU: &str = "Whole-AU writes run at the model's linear MLC rate (~10.3 MB/s) at every N; the real card wrote 2 MiB at 12.4 MB/s with 21 AUs in turn, faster than its own linear sweep: interleaving programs across AUs (dies or planes) is not modelled.";
 const S_PARTIAL_GC: &str = "At N=22 every write collects a whole 2 MiB AU in the model, costlier the smaller the write (more left to copy: ~290 ms at 64 KiB), where the real card's cost per write fell from ~200 ms at 1 MiB to ~85 ms at 64 KiB: partial or incremental collection is not modelled.";
 const S_PAGE_RMW: &str = "A page-sized (16 KiB) linear write is a read-modify-write of the 32 KiB write unit plus the ~4.5 ms sequential-write time in the model; the real card wrote it more cheaply (programming one plane's page alone is not modelled), so linear 8 KiB comes out faster than 16 KiB, which the seed does not show.";
@@ -426,14 +425,11 @@ pub static ROWS: &[Row] = &[
     Row::new("s003-toshiba-linear-4k", 3, T, "-O -0 1 p6 linear, 4 KiB writes",
         Point(0.845), MBS, lin(T_SWEEP, 4 * KIB)),
     Row::new("s003-toshiba-linear-2k", 3, T, "-O -0 1 p6 linear, 2 KiB writes",
-        Point(0.418), MBS, lin(T_SWEEP, 2 * KIB))
-        .gap(T_SMALL, 17.0, 26.0),
+        Point(0.418), MBS, lin(T_SWEEP, 2 * KIB)),
     Row::new("s003-toshiba-linear-1k", 3, T, "-O -0 1 p6 linear, 1 KiB writes",
-        Point(0.208), MBS, lin(T_SWEEP, KIB))
-        .gap(T_SMALL, 25.0, 35.0),
+        Point(0.208), MBS, lin(T_SWEEP, KIB)),
     Row::new("s003-toshiba-linear-512", 3, T, "-O -0 1 p6 linear, 512 B writes",
-        Point(0.103), MBS, lin(T_SWEEP, 512))
-        .gap(T_SMALL, 31.0, 40.0),
+        Point(0.103), MBS, lin(T_SWEEP, 512)),
     Row::new("s003-toshiba-random-32k", 3, T, "-O -0 1 -r p6, 32 KiB writes in flashbench's random order",
         Point(9.11), MBS, rnd(T_SWEEP, 32 * KIB)),
     Row::new("s003-toshiba-random-16k", 3, T, "-O -0 1 -r p6, 16 KiB writes",

@@ -268,8 +268,9 @@ pub struct BufferAModel {
     /// Each small write also programs an index page of the log.
     #[serde(default)]
     pub index_page: bool,
-    /// When one AU has more pages than this in the log, the AU is merged as a whole
-    /// (rewritten with its log pages folded in); 0 = no per-AU limit.
+    /// When one AU's small writes have taken more log pages than this since it was last
+    /// merged (a rewrite of a page already in the log takes a new one), the AU is merged
+    /// as a whole (rewritten with its log pages folded in); 0 = no per-AU limit.
     #[serde(default)]
     pub pages_per_au: u64,
 }

@@ -724,10 +724,7 @@ mod tests {
         assert!(idles_after(t, 10, 256, 256));
         // On a rotational queue seeks are distance: 4 KiB reads in sequence idle,
         // 4 KiB reads 1 GiB apart do not.
-        let rot = CfqTunables {
-            nonrot: false,
-            ..t
-        };
+        let rot = CfqTunables { nonrot: false, ..t };
         assert!(idles_after(rot, 10, 8, 8));
         assert!(!idles_after(rot, 10, 8, 2_000_000));
     }

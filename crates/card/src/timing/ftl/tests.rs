@@ -336,6 +336,32 @@ fn too_many_log_pages_of_one_au_merge_that_au() {
     assert_eq!(c.ftl.log_pages(), 0);
 }
 
+/// Seed 003's linear small writes cost the same per write from 512 B to 8 KiB: the log
+/// takes a page per small write, rewrites of a page already in the log included, so an
+/// AU's merge comes after as many writes whether they land in one page or in many.
+#[test]
+fn rewrites_of_one_page_count_toward_the_au_merge_like_writes_of_new_pages() {
+    let mut m = buffer_a(BufferARule::PageSpan);
+    m.buffer_a.as_mut().unwrap().pages_per_au = 3;
+    let mut c = Card::new(m);
+    c.fill(0..1);
+    c.fill(1..5);
+    // Three small writes into page 0 of AU 0: one log page of data, three log writes.
+    for i in 0..3 {
+        assert_eq!(c.write(1 + i, 1), PAGE_RMW, "write {i}: no merge yet");
+    }
+    assert_eq!(c.ftl.log_pages(), 1);
+    let t = c.write(4, 1);
+    assert_eq!(
+        t,
+        PAGE_RMW + 16 * WU_COPY + T_ERASE,
+        "the fourth merges AU 0"
+    );
+    assert_eq!(c.ftl.log_pages(), 0);
+    // After the merge the count starts again.
+    assert_eq!(c.write(5, 1), PAGE_RMW);
+}
+
 #[test]
 fn index_pages_add_a_program_per_small_write() {
     let mut m = buffer_a(BufferARule::PageSpan);
