@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Seed 000 through a real guest, with serve's defaults: msm-emmc45-sdr50, a Debian 6.1
-# guest running a sequential direct reader (128 KiB, queue depth 1) beside a buffered
+# guest running a sequential direct reader (768 KiB, queue depth 1) beside a buffered
 # sequential writer for 10 s, once per write packing mode, each on a fresh image
 # (run-guest-test.sh --jobs seed000). Prints mode, the reader's rate (fio's, and the
 # reader alone in the same boot), the writer's rate as the daemon saw it (fio's buffered
@@ -8,9 +8,12 @@
 # checks the reader against seed 000 (000_c5266c4a64c56db6.txt: "write packing causes
 # the read throughput to drop from 24MB/s to 12MB/s. The write packing control managed
 # to increase the read throughput back to the original value"):
-#   off          reader >= 0.75 x 24 MB/s
-#   always       reader within 12 MB/s +-25 %  (9 .. 15)
-#   controlled   reader >= 0.75 x 24 MB/s      (threshold 17, serve's default)
+#   off          reader >= 0.75 x the reader alone in the same boot (it keeps its rate)
+#   always       reader 0.3-0.65 x the reader without packing (it loses about half)
+#   controlled   reader >= 0.7 x without packing and >= 1.3 x with (it comes back;
+#                threshold 17, serve's default)
+# The reader is the simulator's parallel-rw reader (768 KiB, 10 ms of processing after
+# each), so this and the fidelity rows s000-sdr50-parallel-read-* are one experiment.
 # Exit status: 0 pass, 1 a check failed, 2 a guest run failed.
 #
 # Usage: guest-tests/seed000-rw.sh [--modes off,always,controlled] [--out DIR]
@@ -139,16 +142,36 @@ for mode in modes:
     stop = ", ".join(f"{v} {k}" for k, v in sorted(stops.items()))
     rows.append((mode, alone, reader, rd_dev, wr_dev, writer_fio, lists, packed, single, bkops,
                  hist, stop))
-    seed = SEED[mode]
-    if check:
-        if mode == "always":
-            lo, hi = 0.75 * seed, 1.25 * seed
-            if not lo <= reader <= hi:
-                failures.append(f"packing always: reader {reader:.1f} MB/s, seed 000 {seed:.0f} "
-                                f"(about half): outside {lo:.1f}..{hi:.1f}")
-        elif reader < 0.75 * seed:
-            failures.append(f"packing {mode}: reader {reader:.1f} MB/s, seed 000 keeps {seed:.0f}: "
-                            f"below {0.75 * seed:.1f}")
+
+# The checks are the seed's statements, each against a rate measured in the same run, so
+# a slower host (TCG) moves both sides: without packing the reader keeps its rate (at
+# least 0.75 x the reader alone in the same boot; seed 000: 24 MB/s, and "~40% loss" in
+# its other experiment); with packing it loses about half (0.3-0.65 x the reader without
+# packing; seed: 12 of 24); with write packing control it comes back (at least 0.7 x the
+# reader without packing and 1.3 x the reader with packing; seed: "back to the original
+# value").
+reader_of = {r[0]: r[2] for r in rows}
+alone_of = {r[0]: r[1] for r in rows}
+if check:
+    off = reader_of.get("off")
+    if "off" in reader_of and reader_of["off"] < 0.75 * alone_of["off"]:
+        failures.append(f"packing off: reader {off:.1f} MB/s, below 0.75 x the reader alone "
+                        f"({alone_of['off']:.1f})")
+    if "always" in reader_of and off is not None:
+        r = reader_of["always"]
+        if not 0.3 * off <= r <= 0.65 * off:
+            failures.append(f"packing always: reader {r:.1f} MB/s, not about half of {off:.1f} "
+                            f"without packing (0.3-0.65 x)")
+    if "controlled" in reader_of and off is not None:
+        r = reader_of["controlled"]
+        if r < 0.7 * off:
+            failures.append(f"packing controlled: reader {r:.1f} MB/s, below 0.7 x {off:.1f} "
+                            f"without packing")
+        if "always" in reader_of and r < 1.3 * reader_of["always"]:
+            failures.append(f"packing controlled: reader {r:.1f} MB/s, not above 1.3 x "
+                            f"{reader_of['always']:.1f} with packing always")
+    if "off" not in reader_of:
+        failures.append("the checks need the packing off run (--modes off,...)")
 
 print()
 print("seed 000 in a guest (msm-emmc45-sdr50; MB/s = 10^6 B/s; reader: fio in the guest; "
