@@ -97,6 +97,8 @@ struct AuState {
     slc_pages: u64,
     /// Pages of this AU in the small-write log.
     log_pages: u64,
+    /// This AU's share of the fold debt: what folding its cached data would cost now.
+    fold_ns: Nanos,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -261,8 +263,10 @@ pub struct Ftl {
     rng: Prng,
 
     copy_unit_estimate: Nanos,
-    /// Folding one AU out of the SLC cache: copy all of it, erase the old copy.
-    fold_au_estimate: Nanos,
+    /// Erasing an AU's old physical copy after it was rewritten.
+    erase_au_estimate: Nanos,
+    /// Sum of the cached AUs' `fold_ns`.
+    fold_debt: Nanos,
     debt: Nanos,
     carry: Nanos,
     pub counters: FtlCounters,
@@ -359,7 +363,8 @@ impl Ftl {
             tick: 0,
             rng: Prng::new(seed ^ 0x4654_4C00),
             copy_unit_estimate,
-            fold_au_estimate: au_wus * copy_unit_estimate + erase_au_estimate,
+            erase_au_estimate,
+            fold_debt: 0,
             debt: 0,
             carry: 0,
             counters: FtlCounters::default(),
@@ -440,6 +445,7 @@ impl Ftl {
             ptr: 0,
             slc_pages: 0,
             log_pages: 0,
+            fold_ns: 0,
         });
         self.valid.extend(std::iter::repeat_n(0, self.g.words));
         self.au_index[au as usize] = idx as u32;
@@ -476,6 +482,41 @@ impl Ftl {
         let idx = self.state_index(au);
         let w = (sector % self.g.au) / self.g.wu;
         set_bit(self.valid_words_mut(idx), w, true);
+        self.reprice(idx);
+    }
+
+    /// What folding this AU's cached data would cost now: copying the valid write units
+    /// its new physical AU does not hold yet, and erasing its old physical AU if it has
+    /// one. An AU that held little data folds quickly (a fresh card's random writes).
+    fn fold_estimate(&self, idx: usize) -> Nanos {
+        let st = &self.states[idx];
+        if st.slc_pages == 0 {
+            return 0;
+        }
+        let valid = self.valid_words(idx);
+        let units: u64 = if st.slot == NO_SLOT {
+            valid.iter().map(|v| u64::from(v.count_ones())).sum()
+        } else {
+            let placed = Self::slot_words(&self.direct, st.slot as usize, self.g.words);
+            valid
+                .iter()
+                .zip(placed)
+                .map(|(v, p)| u64::from((v & !p).count_ones()))
+                .sum()
+        };
+        let erase = if st.phys == NONE {
+            0
+        } else {
+            self.erase_au_estimate
+        };
+        units * self.copy_unit_estimate + erase
+    }
+
+    /// Bring this AU's share of the fold debt up to date after its data changed.
+    fn reprice(&mut self, idx: usize) {
+        let new = self.fold_estimate(idx);
+        let old = std::mem::replace(&mut self.states[idx].fold_ns, new);
+        self.fold_debt = self.fold_debt - old + new;
     }
 
     fn is_open(&self, au: u64) -> bool {
@@ -846,6 +887,7 @@ impl Ftl {
             self.slots[si].last_use = self.tick;
         }
         set_bit(self.valid_words_mut(idx), w, true);
+        self.reprice(idx);
         if self.log.as_ref().is_some_and(|l| l.len() > 0) {
             // Pages this write covers completely supersede their small-write log copies.
             for p in s.div_ceil(g.page)..e / g.page {
@@ -956,6 +998,7 @@ impl Ftl {
         }
         self.states[idx].phys = new_phys;
         let cached = std::mem::take(&mut self.states[idx].slc_pages);
+        self.fold_debt -= std::mem::take(&mut self.states[idx].fold_ns);
         if cached > 0 {
             if let Some(c) = self.slc.as_mut() {
                 c.pages -= cached.min(c.pages);
@@ -1047,8 +1090,7 @@ impl Ftl {
 
     fn refresh_debt(&mut self) {
         let log = self.log.as_ref().map_or(0, |l| l.len() as u64) * self.copy_unit_estimate;
-        let fold = self.slc.as_ref().map_or(0, |c| c.count) * self.fold_au_estimate;
-        self.debt = log + fold;
+        self.debt = log + self.fold_debt;
     }
 
     /// The next piece of background work and its estimated cost: the oldest small-write
@@ -1060,7 +1102,8 @@ impl Ftl {
             }
         }
         let au = self.oldest_slc_au()?;
-        Some((Some(au), self.fold_au_estimate))
+        let idx = self.au_index[au as usize] as usize;
+        Some((Some(au), self.states[idx].fold_ns))
     }
 
     fn do_item(&mut self, nand: &mut Nand, item: Option<u32>) -> Nanos {
@@ -1158,6 +1201,7 @@ impl Ftl {
                 for w in w_lo..w_hi {
                     set_bit(self.valid_words_mut(idx), w, false);
                 }
+                self.reprice(idx);
                 let empty = self.valid_words(idx).iter().all(|&x| x == 0);
                 if slot != NO_SLOT {
                     if empty || purge {

@@ -425,6 +425,28 @@ fn a_full_slc_cache_folds_its_oldest_au_in_the_foreground() {
     assert_eq!(c.ftl.slc_aus(), 7);
 }
 
+/// The fold debt of an AU is what its fold would cost: an AU that held no data before
+/// its cached write unit copies that unit and erases nothing; a full one copies all 16
+/// and erases its old copy. BKOPS is charged the same.
+#[test]
+fn fold_debt_is_what_folding_each_cached_au_would_cost() {
+    let mut c = Card::new(slc());
+    c.fill(0..1);
+    c.write(3 * WU, WU); // AU 0, full: cached
+    c.write(AU + 3 * WU, WU); // AU 1, never written: cached
+    assert_eq!(c.ftl.slc_aus(), 2);
+    let full = 16 * WU_COPY + T_ERASE;
+    assert_eq!(c.ftl.debt_ns(), full + WU_COPY);
+    // A second write unit in the fresh AU adds one unit to its fold.
+    c.write(AU + 7 * WU, WU);
+    assert_eq!(c.ftl.debt_ns(), full + 2 * WU_COPY);
+    // BKOPS folds the full AU first, then the fresh one, for what each cost.
+    assert_eq!(c.ftl.work(&mut c.nand, full), full);
+    assert_eq!(c.ftl.debt_ns(), 2 * WU_COPY);
+    assert_eq!(c.ftl.work(&mut c.nand, 10 * full), 2 * WU_COPY);
+    assert_eq!((c.ftl.slc_aus(), c.ftl.debt_ns()), (0, 0));
+}
+
 #[test]
 fn work_until_stops_at_the_target() {
     let mut c = Card::new(slc());
