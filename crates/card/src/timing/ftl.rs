@@ -245,6 +245,10 @@ pub struct Ftl {
     states: Vec<AuState>,
     /// Per touched AU: write units holding data.
     valid: Vec<u64>,
+    /// Per touched AU with an SLC cache: pages whose newest copy is in the cache
+    /// (`cached_words` words each).
+    cached: Vec<u64>,
+    cached_words: usize,
     slots: Vec<Slot>,
     /// Per slot: write units programmed into the new physical AU this session.
     direct: Vec<u64>,
@@ -347,6 +351,12 @@ impl Ftl {
             au_index: vec![NONE; n_aus as usize],
             states: Vec::with_capacity(touched_hint),
             valid: Vec::with_capacity(touched_hint * words),
+            cached: Vec::new(),
+            cached_words: if m.slc_cache.is_some() {
+                (au / page).div_ceil(64) as usize
+            } else {
+                0
+            },
             slots: vec![FREE_SLOT; slots],
             direct: vec![0; slots * words],
             phys_free: (0..n_phys as u32).collect(),
@@ -408,7 +418,8 @@ impl Ftl {
         use std::mem::size_of;
         self.au_index.capacity() * size_of::<u32>()
             + self.states.capacity() * size_of::<AuState>()
-            + (self.valid.capacity() + self.direct.capacity()) * size_of::<u64>()
+            + (self.valid.capacity() + self.direct.capacity() + self.cached.capacity())
+                * size_of::<u64>()
             + self.slots.capacity() * size_of::<Slot>()
             + self.phys_free.capacity() * size_of::<u32>()
             + self.phys_erases.capacity() * size_of::<u32>()
@@ -448,6 +459,8 @@ impl Ftl {
             fold_ns: 0,
         });
         self.valid.extend(std::iter::repeat_n(0, self.g.words));
+        self.cached
+            .extend(std::iter::repeat_n(0, self.cached_words));
         self.au_index[au as usize] = idx as u32;
         idx
     }
@@ -931,13 +944,25 @@ impl Ftl {
             set_bit(&mut self.direct[si * words..(si + 1) * words], w, false);
         }
         let au = (s / g.au) as u32;
+        // A page rewritten while cached supersedes its older copy there (the cache
+        // reclaims superseded copies on its own): only new pages take up capacity.
+        let cw = self.cached_words;
+        let au_first = u64::from(au) * (g.au / g.page);
+        let mut new_pages = 0;
+        for p in first..=last {
+            let words = &mut self.cached[idx * cw..(idx + 1) * cw];
+            if !bit(words, p - au_first) {
+                set_bit(words, p - au_first, true);
+                new_pages += 1;
+            }
+        }
         let c = self.slc.as_mut().expect("SLC write without an SLC cache");
         if self.states[idx].slc_pages == 0 {
             c.aus.push_back(au);
             c.count += 1;
         }
-        self.states[idx].slc_pages += pages;
-        c.pages += pages;
+        self.states[idx].slc_pages += new_pages;
+        c.pages += new_pages;
         if c.pages > c.capacity_pages {
             // The cache is full: fold its oldest AU now.
             if let Some(oldest) = self.oldest_slc_au() {
@@ -998,6 +1023,8 @@ impl Ftl {
         }
         self.states[idx].phys = new_phys;
         let cached = std::mem::take(&mut self.states[idx].slc_pages);
+        let cw = self.cached_words;
+        self.cached[idx * cw..(idx + 1) * cw].fill(0);
         self.fold_debt -= std::mem::take(&mut self.states[idx].fold_ns);
         if cached > 0 {
             if let Some(c) = self.slc.as_mut() {

@@ -425,6 +425,29 @@ fn a_full_slc_cache_folds_its_oldest_au_in_the_foreground() {
     assert_eq!(c.ftl.slc_aus(), 7);
 }
 
+/// A page rewritten while it is in the SLC cache supersedes its cached copy: it takes no
+/// more of the cache (seed 003 -A writes 1 KiB again and again at the same 64 AUs with
+/// no collection).
+#[test]
+fn rewriting_a_cached_page_takes_no_more_of_the_cache() {
+    let mut c = Card::new(slc());
+    c.fill(0..2);
+    // 16 pages of capacity; the same write unit (2 pages) rewritten 20 times.
+    for _ in 0..20 {
+        assert_eq!(c.write(3 * WU, WU), 2 * XFER_PAGE + T_PROG);
+    }
+    assert_eq!(c.counters().gc_runs, 0, "nothing folded");
+    assert_eq!(c.ftl.slc_aus(), 1);
+    // New pages still fill it: 7 more write units of AU 1 fit, the 8th folds AU 0.
+    for w in 0..7 {
+        c.write(AU + (2 * w + 1) * WU, WU);
+    }
+    assert_eq!(c.counters().gc_runs, 0);
+    c.write(AU + 15 * WU, WU);
+    assert_eq!(c.counters().gc_runs, 1);
+    assert_eq!(c.ftl.slc_aus(), 1);
+}
+
 /// The fold debt of an AU is what its fold would cost: an AU that held no data before
 /// its cached write unit copies that unit and erases nothing; a full one copies all 16
 /// and erases its old copy. BKOPS is charged the same.
