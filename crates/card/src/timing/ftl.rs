@@ -128,6 +128,8 @@ struct SlcCache {
     /// AUs in the order they first got cached data (entries of folded AUs are skipped).
     aus: VecDeque<u32>,
     count: u64,
+    /// AUs the cache can hold data of at once (u64::MAX: as many as fit).
+    max_aus: u64,
 }
 
 /// Geometry in 512-byte sectors.
@@ -343,6 +345,7 @@ impl Ftl {
                 pages: 0,
                 aus: VecDeque::with_capacity(64),
                 count: 0,
+                max_aus: if c.max_aus == 0 { u64::MAX } else { c.max_aus },
             }),
             special: m.special_region.as_ref().map(|r| {
                 let start = r.offset_bytes / SECTOR;
@@ -963,8 +966,9 @@ impl Ftl {
         }
         self.states[idx].slc_pages += new_pages;
         c.pages += new_pages;
-        if c.pages > c.capacity_pages {
-            // The cache is full: fold its oldest AU now.
+        if c.pages > c.capacity_pages || c.count > c.max_aus {
+            // The cache is full, or holds data of as many AUs as it can track: fold its
+            // oldest AU now (a write unit of this AU stays cached until it is folded).
             if let Some(oldest) = self.oldest_slc_au() {
                 t += self.fold(nand, oldest);
             }

@@ -373,6 +373,7 @@ fn slc() -> FtlModel {
         slc_cache: Some(SlcCacheModel {
             max_write_bytes: 8192,
             capacity_bytes: 16 * 2048,
+            max_aus: 0,
         }),
         ..ftl_model()
     }
@@ -468,6 +469,32 @@ fn fold_debt_is_what_folding_each_cached_au_would_cost() {
     assert_eq!(c.ftl.debt_ns(), 2 * WU_COPY);
     assert_eq!(c.ftl.work(&mut c.nand, 10 * full), 2 * WU_COPY);
     assert_eq!((c.ftl.slc_aus(), c.ftl.debt_ns()), (0, 0));
+}
+
+/// A cache that can hold data of `max_aus` AUs folds its oldest one before taking data
+/// of one AU more, so scattered random writes pay a fold each instead of piling up debt.
+#[test]
+fn a_cache_holding_data_of_max_aus_folds_the_oldest_before_one_more() {
+    let mut c = Card::new(FtlModel {
+        slc_cache: Some(SlcCacheModel {
+            max_write_bytes: 8192,
+            capacity_bytes: 1 << 20,
+            max_aus: 2,
+        }),
+        ..ftl_model()
+    });
+    c.fill(0..4);
+    for au in 0..2 {
+        c.write(au * AU + 3 * WU, WU);
+    }
+    assert_eq!(c.ftl.slc_aus(), 2);
+    // A third AU: AU 0 is folded first (copy all 16 units, erase the old copy).
+    let t = c.write(2 * AU + 3 * WU, WU);
+    assert_eq!(t, 2 * XFER_PAGE + T_PROG + 16 * WU_COPY + T_ERASE);
+    assert_eq!(c.ftl.slc_aus(), 2);
+    assert_eq!(c.ftl.debt_ns(), 2 * (16 * WU_COPY + T_ERASE));
+    // More data of an AU already cached folds nothing.
+    assert_eq!(c.write(2 * AU + 5 * WU, WU), 2 * XFER_PAGE + T_PROG);
 }
 
 #[test]
