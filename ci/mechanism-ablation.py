@@ -26,7 +26,7 @@ import time
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 WORK = os.path.join(ROOT, "target", "ablation")
 SRC = os.path.join(WORK, "src")
-TESTS = ["calibration", "calibration_packing", "fidelity"]
+TESTS = ["calibration", "calibration_packing", "fidelity", "plausibility"]
 
 
 class Ablation:
@@ -88,6 +88,12 @@ ABLATIONS = [
         "writes smaller than a page wait in a buffer that a non-contiguous write flushes",
         "device-models/sandisk-sem32g.toml", "timing.ftl", "coalesce_sub_page", "false",
         ["every_seed_figure_is_within_tolerance_or_its_documented_gap"],
+    ),
+    Ablation(
+        "sandisk-cache-au-bound",
+        "an SLC cache holding data of 96 AUs folds the oldest before one more (no 10 s urgent BKOPS)",
+        "device-models/sandisk-sem32g.toml", "timing.ftl.slc_cache", "max_aus", "0",
+        ["sandisk_used_card_random_writes_pay_a_fold_each_not_a_stall_of_seconds", "sandisk_new_card_whole_area_random_writes"],
     ),
     Ablation(
         "sandisk-sequential-cost",

@@ -284,6 +284,12 @@ pub struct SlcCacheModel {
     pub max_write_bytes: u64,
     /// Data the cache holds before its oldest AU must be folded in the foreground.
     pub capacity_bytes: u64,
+    /// AUs the cache can hold data of at once: a random write to one AU more first folds
+    /// the oldest in the foreground (0: as many as `capacity_bytes` holds). This bounds
+    /// the fold debt, so scattered small writes cost a fold each instead of piling up
+    /// work that a later write or an urgent BKOPS pays for all at once.
+    #[serde(default)]
+    pub max_aus: u64,
 }
 
 /// `[timing.ftl.special_region]`: a region (e.g. where a FAT lives) kept page-mapped:

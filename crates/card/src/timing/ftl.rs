@@ -101,6 +101,8 @@ struct AuState {
     /// merged, superseded ones included: the log is written in order, so a small write
     /// rewriting a page already in the log takes a new log page all the same.
     log_writes: u64,
+    /// This AU's share of the fold debt: what folding its cached data would cost now.
+    fold_ns: Nanos,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -130,6 +132,8 @@ struct SlcCache {
     /// AUs in the order they first got cached data (entries of folded AUs are skipped).
     aus: VecDeque<u32>,
     count: u64,
+    /// AUs the cache can hold data of at once (u64::MAX: as many as fit).
+    max_aus: u64,
 }
 
 /// Geometry in 512-byte sectors.
@@ -247,6 +251,10 @@ pub struct Ftl {
     states: Vec<AuState>,
     /// Per touched AU: write units holding data.
     valid: Vec<u64>,
+    /// Per touched AU with an SLC cache: pages whose newest copy is in the cache
+    /// (`cached_words` words each).
+    cached: Vec<u64>,
+    cached_words: usize,
     slots: Vec<Slot>,
     /// Per slot: write units programmed into the new physical AU this session.
     direct: Vec<u64>,
@@ -265,8 +273,10 @@ pub struct Ftl {
     rng: Prng,
 
     copy_unit_estimate: Nanos,
-    /// Folding one AU out of the SLC cache: copy all of it, erase the old copy.
-    fold_au_estimate: Nanos,
+    /// Erasing an AU's old physical copy after it was rewritten.
+    erase_au_estimate: Nanos,
+    /// Sum of the cached AUs' `fold_ns`.
+    fold_debt: Nanos,
     debt: Nanos,
     carry: Nanos,
     pub counters: FtlCounters,
@@ -339,6 +349,7 @@ impl Ftl {
                 pages: 0,
                 aus: VecDeque::with_capacity(64),
                 count: 0,
+                max_aus: if c.max_aus == 0 { u64::MAX } else { c.max_aus },
             }),
             special: m.special_region.as_ref().map(|r| {
                 let start = r.offset_bytes / SECTOR;
@@ -347,6 +358,12 @@ impl Ftl {
             au_index: vec![NONE; n_aus as usize],
             states: Vec::with_capacity(touched_hint),
             valid: Vec::with_capacity(touched_hint * words),
+            cached: Vec::new(),
+            cached_words: if m.slc_cache.is_some() {
+                (au / page).div_ceil(64) as usize
+            } else {
+                0
+            },
             slots: vec![FREE_SLOT; slots],
             direct: vec![0; slots * words],
             phys_free: (0..n_phys as u32).collect(),
@@ -363,7 +380,8 @@ impl Ftl {
             tick: 0,
             rng: Prng::new(seed ^ 0x4654_4C00),
             copy_unit_estimate,
-            fold_au_estimate: au_wus * copy_unit_estimate + erase_au_estimate,
+            erase_au_estimate,
+            fold_debt: 0,
             debt: 0,
             carry: 0,
             counters: FtlCounters::default(),
@@ -407,7 +425,8 @@ impl Ftl {
         use std::mem::size_of;
         self.au_index.capacity() * size_of::<u32>()
             + self.states.capacity() * size_of::<AuState>()
-            + (self.valid.capacity() + self.direct.capacity()) * size_of::<u64>()
+            + (self.valid.capacity() + self.direct.capacity() + self.cached.capacity())
+                * size_of::<u64>()
             + self.slots.capacity() * size_of::<Slot>()
             + self.phys_free.capacity() * size_of::<u32>()
             + self.phys_erases.capacity() * size_of::<u32>()
@@ -445,8 +464,11 @@ impl Ftl {
             slc_pages: 0,
             log_pages: 0,
             log_writes: 0,
+            fold_ns: 0,
         });
         self.valid.extend(std::iter::repeat_n(0, self.g.words));
+        self.cached
+            .extend(std::iter::repeat_n(0, self.cached_words));
         self.au_index[au as usize] = idx as u32;
         idx
     }
@@ -481,6 +503,41 @@ impl Ftl {
         let idx = self.state_index(au);
         let w = (sector % self.g.au) / self.g.wu;
         set_bit(self.valid_words_mut(idx), w, true);
+        self.reprice(idx);
+    }
+
+    /// What folding this AU's cached data would cost now: copying the valid write units
+    /// its new physical AU does not hold yet, and erasing its old physical AU if it has
+    /// one. An AU that held little data folds quickly (a fresh card's random writes).
+    fn fold_estimate(&self, idx: usize) -> Nanos {
+        let st = &self.states[idx];
+        if st.slc_pages == 0 {
+            return 0;
+        }
+        let valid = self.valid_words(idx);
+        let units: u64 = if st.slot == NO_SLOT {
+            valid.iter().map(|v| u64::from(v.count_ones())).sum()
+        } else {
+            let placed = Self::slot_words(&self.direct, st.slot as usize, self.g.words);
+            valid
+                .iter()
+                .zip(placed)
+                .map(|(v, p)| u64::from((v & !p).count_ones()))
+                .sum()
+        };
+        let erase = if st.phys == NONE {
+            0
+        } else {
+            self.erase_au_estimate
+        };
+        units * self.copy_unit_estimate + erase
+    }
+
+    /// Bring this AU's share of the fold debt up to date after its data changed.
+    fn reprice(&mut self, idx: usize) {
+        let new = self.fold_estimate(idx);
+        let old = std::mem::replace(&mut self.states[idx].fold_ns, new);
+        self.fold_debt = self.fold_debt - old + new;
     }
 
     fn is_open(&self, au: u64) -> bool {
@@ -860,6 +917,7 @@ impl Ftl {
             self.slots[si].last_use = self.tick;
         }
         set_bit(self.valid_words_mut(idx), w, true);
+        self.reprice(idx);
         if self.log.as_ref().is_some_and(|l| l.len() > 0) {
             // Pages this write covers completely supersede their small-write log copies.
             for p in s.div_ceil(g.page)..e / g.page {
@@ -903,15 +961,28 @@ impl Ftl {
             set_bit(&mut self.direct[si * words..(si + 1) * words], w, false);
         }
         let au = (s / g.au) as u32;
+        // A page rewritten while cached supersedes its older copy there (the cache
+        // reclaims superseded copies on its own): only new pages take up capacity.
+        let cw = self.cached_words;
+        let au_first = u64::from(au) * (g.au / g.page);
+        let mut new_pages = 0;
+        for p in first..=last {
+            let words = &mut self.cached[idx * cw..(idx + 1) * cw];
+            if !bit(words, p - au_first) {
+                set_bit(words, p - au_first, true);
+                new_pages += 1;
+            }
+        }
         let c = self.slc.as_mut().expect("SLC write without an SLC cache");
         if self.states[idx].slc_pages == 0 {
             c.aus.push_back(au);
             c.count += 1;
         }
-        self.states[idx].slc_pages += pages;
-        c.pages += pages;
-        if c.pages > c.capacity_pages {
-            // The cache is full: fold its oldest AU now.
+        self.states[idx].slc_pages += new_pages;
+        c.pages += new_pages;
+        if c.pages > c.capacity_pages || c.count > c.max_aus {
+            // The cache is full, or holds data of as many AUs as it can track: fold its
+            // oldest AU now (a write unit of this AU stays cached until it is folded).
             if let Some(oldest) = self.oldest_slc_au() {
                 t += self.fold(nand, oldest);
             }
@@ -970,6 +1041,9 @@ impl Ftl {
         }
         self.states[idx].phys = new_phys;
         let cached = std::mem::take(&mut self.states[idx].slc_pages);
+        let cw = self.cached_words;
+        self.cached[idx * cw..(idx + 1) * cw].fill(0);
+        self.fold_debt -= std::mem::take(&mut self.states[idx].fold_ns);
         if cached > 0 {
             if let Some(c) = self.slc.as_mut() {
                 c.pages -= cached.min(c.pages);
@@ -1061,8 +1135,7 @@ impl Ftl {
 
     fn refresh_debt(&mut self) {
         let log = self.log.as_ref().map_or(0, |l| l.len() as u64) * self.copy_unit_estimate;
-        let fold = self.slc.as_ref().map_or(0, |c| c.count) * self.fold_au_estimate;
-        self.debt = log + fold;
+        self.debt = log + self.fold_debt;
     }
 
     /// The next piece of background work and its estimated cost: the oldest small-write
@@ -1074,7 +1147,8 @@ impl Ftl {
             }
         }
         let au = self.oldest_slc_au()?;
-        Some((Some(au), self.fold_au_estimate))
+        let idx = self.au_index[au as usize] as usize;
+        Some((Some(au), self.states[idx].fold_ns))
     }
 
     fn do_item(&mut self, nand: &mut Nand, item: Option<u32>) -> Nanos {
@@ -1172,6 +1246,7 @@ impl Ftl {
                 for w in w_lo..w_hi {
                     set_bit(self.valid_words_mut(idx), w, false);
                 }
+                self.reprice(idx);
                 let empty = self.valid_words(idx).iter().all(|&x| x == 0);
                 if slot != NO_SLOT {
                     if empty || purge {

@@ -399,6 +399,7 @@ fn slc() -> FtlModel {
         slc_cache: Some(SlcCacheModel {
             max_write_bytes: 8192,
             capacity_bytes: 16 * 2048,
+            max_aus: 0,
         }),
         ..ftl_model()
     }
@@ -449,6 +450,77 @@ fn a_full_slc_cache_folds_its_oldest_au_in_the_foreground() {
     let t = c.write(5 * WU, WU); // AU 0 again: 18 pages > 16
     assert_eq!(t, 2 * XFER_PAGE + T_PROG + 16 * WU_COPY + T_ERASE);
     assert_eq!(c.ftl.slc_aus(), 7);
+}
+
+/// A page rewritten while it is in the SLC cache supersedes its cached copy: it takes no
+/// more of the cache (seed 003 -A writes 1 KiB again and again at the same 64 AUs with
+/// no collection).
+#[test]
+fn rewriting_a_cached_page_takes_no_more_of_the_cache() {
+    let mut c = Card::new(slc());
+    c.fill(0..2);
+    // 16 pages of capacity; the same write unit (2 pages) rewritten 20 times.
+    for _ in 0..20 {
+        assert_eq!(c.write(3 * WU, WU), 2 * XFER_PAGE + T_PROG);
+    }
+    assert_eq!(c.counters().gc_runs, 0, "nothing folded");
+    assert_eq!(c.ftl.slc_aus(), 1);
+    // New pages still fill it: 7 more write units of AU 1 fit, the 8th folds AU 0.
+    for w in 0..7 {
+        c.write(AU + (2 * w + 1) * WU, WU);
+    }
+    assert_eq!(c.counters().gc_runs, 0);
+    c.write(AU + 15 * WU, WU);
+    assert_eq!(c.counters().gc_runs, 1);
+    assert_eq!(c.ftl.slc_aus(), 1);
+}
+
+/// The fold debt of an AU is what its fold would cost: an AU that held no data before
+/// its cached write unit copies that unit and erases nothing; a full one copies all 16
+/// and erases its old copy. BKOPS is charged the same.
+#[test]
+fn fold_debt_is_what_folding_each_cached_au_would_cost() {
+    let mut c = Card::new(slc());
+    c.fill(0..1);
+    c.write(3 * WU, WU); // AU 0, full: cached
+    c.write(AU + 3 * WU, WU); // AU 1, never written: cached
+    assert_eq!(c.ftl.slc_aus(), 2);
+    let full = 16 * WU_COPY + T_ERASE;
+    assert_eq!(c.ftl.debt_ns(), full + WU_COPY);
+    // A second write unit in the fresh AU adds one unit to its fold.
+    c.write(AU + 7 * WU, WU);
+    assert_eq!(c.ftl.debt_ns(), full + 2 * WU_COPY);
+    // BKOPS folds the full AU first, then the fresh one, for what each cost.
+    assert_eq!(c.ftl.work(&mut c.nand, full), full);
+    assert_eq!(c.ftl.debt_ns(), 2 * WU_COPY);
+    assert_eq!(c.ftl.work(&mut c.nand, 10 * full), 2 * WU_COPY);
+    assert_eq!((c.ftl.slc_aus(), c.ftl.debt_ns()), (0, 0));
+}
+
+/// A cache that can hold data of `max_aus` AUs folds its oldest one before taking data
+/// of one AU more, so scattered random writes pay a fold each instead of piling up debt.
+#[test]
+fn a_cache_holding_data_of_max_aus_folds_the_oldest_before_one_more() {
+    let mut c = Card::new(FtlModel {
+        slc_cache: Some(SlcCacheModel {
+            max_write_bytes: 8192,
+            capacity_bytes: 1 << 20,
+            max_aus: 2,
+        }),
+        ..ftl_model()
+    });
+    c.fill(0..4);
+    for au in 0..2 {
+        c.write(au * AU + 3 * WU, WU);
+    }
+    assert_eq!(c.ftl.slc_aus(), 2);
+    // A third AU: AU 0 is folded first (copy all 16 units, erase the old copy).
+    let t = c.write(2 * AU + 3 * WU, WU);
+    assert_eq!(t, 2 * XFER_PAGE + T_PROG + 16 * WU_COPY + T_ERASE);
+    assert_eq!(c.ftl.slc_aus(), 2);
+    assert_eq!(c.ftl.debt_ns(), 2 * (16 * WU_COPY + T_ERASE));
+    // More data of an AU already cached folds nothing.
+    assert_eq!(c.write(2 * AU + 5 * WU, WU), 2 * XFER_PAGE + T_PROG);
 }
 
 #[test]
