@@ -93,7 +93,7 @@ ABLATIONS = [
         "sandisk-cache-au-bound",
         "an SLC cache holding data of 96 AUs folds the oldest before one more (no 10 s urgent BKOPS)",
         "device-models/sandisk-sem32g.toml", "timing.ftl.slc_cache", "max_aus", "0",
-        ["sandisk_used_card_random_writes_pay_a_fold_each_not_a_stall_of_seconds", "sandisk_new_card_whole_area_random_writes"],
+        ["sandisk_used_card_random_writes_pay_a_fold_each_not_a_stall_of_seconds"],
     ),
     Ablation(
         "sandisk-sequential-cost",
