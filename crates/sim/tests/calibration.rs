@@ -255,21 +255,3 @@ fn sandisk_random_faster_than_linear() {
     );
     near("random 1 MiB", r.random.mb_per_sec(MIB).unwrap(), 10.4);
 }
-
-/// Seed 000: a plain sequential write without packing, msm_sdcc at SDR 50 MHz 15 MB/s,
-/// at DDR 50 MHz 20 MB/s. The request size is not in the thread; 64 KiB is assumed.
-#[test]
-fn msm_sequential_write_without_packing() {
-    for (model, seed) in [("msm-emmc45-sdr50", 15.0), ("msm-emmc45-ddr50", 20.0)] {
-        let mut dev = device(model);
-        let start = dev.now();
-        let total = 32 * MIB / 512;
-        let mut lba = 0;
-        while lba < total {
-            dev.write(lba, 128, false).unwrap();
-            lba += 128;
-        }
-        let mbs = (total * 512) as f64 * 1e3 / (dev.now() - start) as f64;
-        near(model, mbs, seed);
-    }
-}
