@@ -213,19 +213,7 @@ pub fn model_provenance(name_or_path: &str) -> Result<ModelProvenance, Provenanc
     let model = DeviceModel::load(name_or_path)?;
 
     // The model's chain, the model's file first.
-    let mut chain = vec![Source::model_file(name_or_path)?];
-    let mut parsed = vec![tagged_file(&chain[0], Kind::Model)?];
-    while let Some(parent) = parsed.last().and_then(|f| f.extends.clone()) {
-        if chain.len() > MAX_EXTENDS {
-            break;
-        }
-        let source = chain
-            .last()
-            .expect("one file")
-            .resolve(Kind::Model, &parent)?;
-        parsed.push(tagged_file(&source, Kind::Model)?);
-        chain.push(source);
-    }
+    let (chain, parsed) = extends_chain(Source::model_file(name_or_path)?, Kind::Model)?;
 
     // Base first, each file's keys over the ones below; the last `host` key wins whole.
     let mut card = Vec::new();
@@ -280,23 +268,30 @@ pub fn model_provenance(name_or_path: &str) -> Result<ModelProvenance, Provenanc
 
 /// A host profile's name, its files (the profile's first) and its knobs (paths without
 /// `host.`), `reference` resolved from `from`.
-fn host_chain(
-    from: &Source,
-    reference: &str,
-) -> Result<(String, Vec<String>, Vec<Knob>), ProvenanceError> {
-    let mut chain = vec![from.resolve(Kind::Host, reference)?];
-    let mut parsed = vec![tagged_file(&chain[0], Kind::Host)?];
+/// `first` and the files its `extends` keys name, in that order, each parsed with its
+/// tags (at most [`MAX_EXTENDS`] deep, as the loader goes).
+fn extends_chain(
+    first: Source,
+    kind: Kind,
+) -> Result<(Vec<Source>, Vec<TaggedFile>), ProvenanceError> {
+    let mut parsed = vec![tagged_file(&first, kind)?];
+    let mut chain = vec![first];
     while let Some(parent) = parsed.last().and_then(|f| f.extends.clone()) {
         if chain.len() > MAX_EXTENDS {
             break;
         }
-        let source = chain
-            .last()
-            .expect("one file")
-            .resolve(Kind::Host, &parent)?;
-        parsed.push(tagged_file(&source, Kind::Host)?);
+        let source = chain.last().expect("one file").resolve(kind, &parent)?;
+        parsed.push(tagged_file(&source, kind)?);
         chain.push(source);
     }
+    Ok((chain, parsed))
+}
+
+fn host_chain(
+    from: &Source,
+    reference: &str,
+) -> Result<(String, Vec<String>, Vec<Knob>), ProvenanceError> {
+    let (chain, parsed) = extends_chain(from.resolve(Kind::Host, reference)?, Kind::Host)?;
     let mut knobs = Vec::new();
     for file in parsed.iter().rev() {
         lay_over(&mut knobs, file.entries.iter().cloned());
