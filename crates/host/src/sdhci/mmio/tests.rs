@@ -32,6 +32,18 @@ fn r32(s: &mut SdhciMmio, at: Nanos, off: u64) -> u32 {
     u32::from_le_bytes(b)
 }
 
+/// CMD1 (SEND_OP_COND, R3) with a sector-mode argument, written at `at` as a driver
+/// writes it: the argument, then the command register.
+fn send_cmd1(s: &mut SdhciMmio, at: Nanos) {
+    s.write(
+        at,
+        SDHCI_ARGUMENT,
+        &0x40FF_8080u32.to_le_bytes(),
+        &NoDmaMemory,
+    );
+    w16(s, SDHCI_COMMAND, sdhci_make_cmd(1, SDHCI_CMD_RESP_SHORT));
+}
+
 /// Bus power on, 400 kHz, every interrupt enabled.
 fn powered() -> SdhciMmio {
     let mut s = controller();
@@ -81,17 +93,7 @@ fn a_response_is_revealed_at_its_end_and_not_before() {
     assert!(!s.irq_asserted());
     // CMD1 (R3): the response registers change only at the response's end.
     let t1 = s.now();
-    s.write(
-        t1,
-        SDHCI_ARGUMENT,
-        &0x40FF_8080u32.to_le_bytes(),
-        &NoDmaMemory,
-    );
-    w16(
-        &mut s,
-        SDHCI_COMMAND,
-        sdhci_make_cmd(1, SDHCI_CMD_RESP_SHORT),
-    );
+    send_cmd1(&mut s, t1);
     let end = t1 + bus.command_ns(ResponseLength::Short);
     assert_eq!(r32(&mut s, end - 1, SDHCI_RESPONSE), 0);
     assert_eq!(r32(&mut s, end, SDHCI_RESPONSE) & 0x00FF_FFFF, 0x00FF_8080);
@@ -155,17 +157,7 @@ fn command_records_are_off_until_asked_for_and_say_what_each_command_did() {
     s.set_command_records(true);
     let t0 = s.now() + 1_000_000;
     s.advance(t0, &NoDmaMemory);
-    s.write(
-        t0,
-        SDHCI_ARGUMENT,
-        &0x40FF_8080u32.to_le_bytes(),
-        &NoDmaMemory,
-    );
-    w16(
-        &mut s,
-        SDHCI_COMMAND,
-        sdhci_make_cmd(1, SDHCI_CMD_RESP_SHORT),
-    );
+    send_cmd1(&mut s, t0);
     let bus = Bus::new(400_000, 1, false);
     let end = t0 + bus.command_ns(ResponseLength::Short);
     // Written when the card's side is done, ahead of what the guest has seen.
