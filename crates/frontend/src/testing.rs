@@ -163,3 +163,27 @@ impl GuestQueue {
         out
     }
 }
+
+/// What both transports' traced test sessions send (`mmc/tests.rs`, `sdhci/trace.rs`),
+/// as the simulator reads it back from their `--trace` text.
+pub(crate) const TRACED_SESSION_OPS: [(emmc_host::trace::Op, u64, u32); 6] = {
+    use emmc_host::trace::Op;
+    [
+        (Op::WriteReliable, 1000, 8),
+        (Op::Read, 1000, 16),
+        (Op::Write, 2000, 8),
+        (Op::WriteReliable, 3000, 4),
+        (Op::Flush, 0, 0),
+        (Op::Discard, 4096, 5),
+    ]
+};
+
+/// The requests of a `--trace` text, parsed with the simulator's own parser.
+pub(crate) fn trace_ops(text: &str) -> Vec<(emmc_host::trace::Op, u64, u32)> {
+    let mut trace = emmc_host::trace::Trace::parse(text.as_bytes()).expect("parses");
+    let mut ops = Vec::new();
+    while let Some(r) = trace.next_request() {
+        ops.push((r.op, r.lba, r.sectors));
+    }
+    ops
+}

@@ -1302,23 +1302,10 @@ fn the_mmc_trace_has_a_line_per_user_area_request_and_comments_for_the_rest() {
 
 #[test]
 fn the_mmc_trace_replays_with_the_simulators_parser() {
-    use emmc_host::trace::Op;
     let (text, _) = traced_session();
-    let mut trace = emmc_host::trace::Trace::parse(text.as_bytes()).expect("parses");
-    let mut ops = Vec::new();
-    while let Some(r) = trace.next_request() {
-        ops.push((r.op, r.lba, r.sectors));
-    }
     assert_eq!(
-        ops,
-        [
-            (Op::WriteReliable, 1000, 8),
-            (Op::Read, 1000, 16),
-            (Op::Write, 2000, 8),
-            (Op::WriteReliable, 3000, 4),
-            (Op::Flush, 0, 0),
-            (Op::Discard, 4096, 5),
-        ]
+        crate::testing::trace_ops(&text),
+        crate::testing::TRACED_SESSION_OPS
     );
 }
 

@@ -92,7 +92,7 @@ mod tests {
     use emmc_host::sdhci::mmio::layout::*;
     use emmc_host::sdhci::{adma2_attr, normal_int, DmaError, DmaMemory};
     use emmc_host::sdhci::{SdhciConfig, SdhciMmio};
-    use emmc_host::trace::{Op, Trace, TraceWriter};
+    use emmc_host::trace::TraceWriter;
 
     use super::SdhciTracer;
 
@@ -444,21 +444,9 @@ mod tests {
     #[test]
     fn the_sdhci_trace_replays_with_the_simulators_parser() {
         let (text, _) = traced_session();
-        let mut trace = Trace::parse(text.as_bytes()).unwrap();
-        let mut ops = Vec::new();
-        while let Some(r) = trace.next_request() {
-            ops.push((r.op, r.lba, r.sectors));
-        }
         assert_eq!(
-            ops,
-            [
-                (Op::WriteReliable, 1000, 8),
-                (Op::Read, 1000, 16),
-                (Op::Write, 2000, 8),
-                (Op::WriteReliable, 3000, 4),
-                (Op::Flush, 0, 0),
-                (Op::Discard, 4096, 5),
-            ]
+            crate::testing::trace_ops(&text),
+            crate::testing::TRACED_SESSION_OPS
         );
     }
 }
