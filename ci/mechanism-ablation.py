@@ -30,7 +30,10 @@ TESTS = ["calibration", "calibration_packing", "fidelity", "plausibility"]
 
 
 class Ablation:
-    def __init__(self, name, mechanism, path, section, key, value, expect):
+    """Set `key = value` in `[section]` of `path` (key None: no value changed), after
+    removing the table `drop` if given."""
+
+    def __init__(self, name, mechanism, path, section, key, value, expect, drop=None):
         self.name = name
         self.mechanism = mechanism
         self.path = path
@@ -38,6 +41,22 @@ class Ablation:
         self.key = key
         self.value = value
         self.expect = expect
+        self.drop = drop
+
+    def apply(self, text):
+        if self.drop:
+            text = drop_table(text, self.drop)
+        if self.key:
+            text = set_value(text, self.section, self.key, self.value)
+        return text
+
+    def describe(self):
+        parts = []
+        if self.drop:
+            parts.append(f"no [{self.drop}]")
+        if self.key:
+            parts.append(f"{self.key} = {self.value}")
+        return ", ".join(parts)
 
 
 ABLATIONS = [
@@ -88,6 +107,14 @@ ABLATIONS = [
         "writes smaller than a page wait in a buffer that a non-contiguous write flushes",
         "device-models/sandisk-sem32g.toml", "timing.ftl", "coalesce_sub_page", "false",
         ["every_seed_figure_is_within_tolerance_or_its_documented_gap"],
+        drop="timing.ftl.sub_page_buffer",
+    ),
+    Ablation(
+        "sandisk-temporary-page",
+        "that buffer is a temporary SLC page: each sub-page write is programmed there, a non-contiguous write closes it",
+        "device-models/sandisk-sem32g.toml", "", None, None,
+        ["every_seed_figure_is_within_tolerance_or_its_documented_gap"],
+        drop="timing.ftl.sub_page_buffer",
     ),
     Ablation(
         "sandisk-cache-au-bound",
@@ -142,6 +169,23 @@ def set_value(text, section, key, value):
     return "".join(out)
 
 
+def drop_table(text, section):
+    """`text` without the table `[section]` (its header and its lines up to the next table)."""
+    out = []
+    inside = False
+    found = False
+    for line in text.splitlines(keepends=True):
+        m = re.match(r"\s*\[([^\]]+)\]", line)
+        if m:
+            inside = m.group(1).strip() == section
+            found = found or inside
+        if not inside:
+            out.append(line)
+    if not found:
+        raise SystemExit(f"ablation: no [{section}]")
+    return "".join(out)
+
+
 def copy_tree():
     if os.path.exists(SRC):
         shutil.rmtree(SRC)
@@ -183,7 +227,7 @@ def main():
     for a in todo:
         path = os.path.join(SRC, a.path)
         original = open(path).read()
-        open(path, "w").write(set_value(original, a.section, a.key, a.value))
+        open(path, "w").write(a.apply(original))
         t = time.time()
         failed = run_tests()
         open(path, "w").write(original)
@@ -191,7 +235,7 @@ def main():
         status = "ok" if not missing else "NOT NOTICED"
         bad += bool(missing)
         shown = "build failed" if failed is None else (", ".join(sorted(failed)) or "none")
-        print(f"{status:12} {a.name}: {a.key} = {a.value} ({a.path}) [{time.time() - t:.0f} s]")
+        print(f"{status:12} {a.name}: {a.describe()} ({a.path}) [{time.time() - t:.0f} s]")
         print(f"             mechanism: {a.mechanism}")
         print(f"             failed: {shown}")
         if missing:

@@ -225,6 +225,8 @@ pub struct FtlModel {
     #[serde(default)]
     pub slc_cache: Option<SlcCacheModel>,
     #[serde(default)]
+    pub sub_page_buffer: Option<SubPageBufferModel>,
+    #[serde(default)]
     pub special_region: Option<SpecialRegionModel>,
 }
 
@@ -290,6 +292,25 @@ pub struct SlcCacheModel {
     /// work that a later write or an urgent BKOPS pays for all at once.
     #[serde(default)]
     pub max_aus: u64,
+}
+
+/// `[timing.ftl.sub_page_buffer]`: what the coalescing buffer of `coalesce_sub_page`
+/// costs on a card without a volatile cache. Such a card must have a write in flash before
+/// it completes, so the buffer is a temporary SLC-mode page: each sub-page write it takes
+/// is programmed there (a partial-page program of the write's sectors, never dearer than
+/// programming a whole SLC page), and a non-contiguous write closes it: the buffered
+/// sectors become a page of the SLC cache without being programmed again. Needs
+/// `coalesce_sub_page = true` and an `[timing.ftl.slc_cache]`. Without this table the
+/// buffer is free RAM and a flush programs its page.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubPageBufferModel {
+    /// Fixed time of a sub-page write programmed into the temporary page.
+    pub program_ns: u64,
+    /// Plus this per KiB of the write.
+    pub program_ns_per_kib: u64,
+    /// Closing the temporary page when a write does not continue it.
+    pub close_ns: u64,
 }
 
 /// `[timing.ftl.special_region]`: a region (e.g. where a FAT lives) kept page-mapped:

@@ -20,7 +20,7 @@ mod validate;
 pub use flash::{
     BkopsModel, BufferAModel, BufferARule, CacheTimingModel, ControllerModel, EraseTimingModel,
     Eviction, FlashTimingModel, FtlModel, GcCopy, NandModel, RandomWrites, SlcCacheModel,
-    SpecialRegionModel, TimingModel,
+    SpecialRegionModel, SubPageBufferModel, TimingModel,
 };
 pub use load::{
     builtin_host_names, builtin_model_names, BUILTIN_HOSTS, BUILTIN_MODELS, DEFAULT_HOST,

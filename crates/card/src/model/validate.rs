@@ -874,6 +874,17 @@ impl DeviceModel {
                 },
             )?;
         }
+        if t.sub_page_buffer.is_some() {
+            ensure(
+                t.coalesce_sub_page && t.slc_cache.is_some(),
+                "timing.ftl.sub_page_buffer",
+                || {
+                    "needs coalesce_sub_page = true and an [timing.ftl.slc_cache]: it prices the \
+                     coalescing buffer, whose closed pages join the SLC cache"
+                        .into()
+                },
+            )?;
+        }
         if let Some(r) = &t.special_region {
             ensure(
                 r.length_bytes > 0
@@ -1264,6 +1275,13 @@ mod tests {
             .unwrap()
             .max_write_bytes = 100;
         rejects(&m, "timing.ftl.slc_cache.max_write_bytes");
+        let mut m = toshiba();
+        m.timing.flash_mut().ftl.sub_page_buffer = Some(crate::model::SubPageBufferModel {
+            program_ns: 1,
+            program_ns_per_kib: 1,
+            close_ns: 1,
+        });
+        rejects(&m, "timing.ftl.sub_page_buffer");
         let mut m = toshiba();
         m.timing.flash_mut().ftl.special_region = Some(crate::model::SpecialRegionModel {
             offset_bytes: m.user_bytes() - 512,

@@ -59,6 +59,8 @@ pub struct FtlCounters {
     pub slc_writes: u64,
     /// Sub-page writes held in the coalescing buffer.
     pub coalesced_writes: u64,
+    /// Of those, programmed into the temporary page (`[timing.ftl.sub_page_buffer]`).
+    pub temp_page_programs: u64,
     pub au_opens: u64,
     /// Open AUs closed because another had to be opened.
     pub au_evictions: u64,
@@ -221,6 +223,25 @@ struct Pending {
     hi: u64,
 }
 
+/// Where `au_write` puts a piece.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SlcPath {
+    /// Random pieces small enough into the SLC cache (if any), the rest into their AU.
+    Auto,
+    /// Into the SLC cache, programmed there.
+    Program,
+    /// Into the SLC cache, already in SLC-mode flash (a closed temporary page).
+    Admit,
+}
+
+/// `[timing.ftl.sub_page_buffer]`.
+#[derive(Debug, Clone, Copy)]
+struct TempPage {
+    program_ns: Nanos,
+    program_ns_per_kib: Nanos,
+    close_ns: Nanos,
+}
+
 /// How the pieces of one command are classified, per AU.
 #[derive(Debug, Clone, Copy)]
 struct CmdState {
@@ -243,6 +264,8 @@ pub struct Ftl {
     sequential_write_ns: Nanos,
     reliable_write_ns: Nanos,
     coalesce: bool,
+    /// What the coalescing buffer costs when it is a temporary SLC page.
+    temp_page: Option<TempPage>,
     buffer_a: Option<BufferA>,
     slc: Option<SlcCache>,
     special: Option<(u64, u64)>,
@@ -332,6 +355,11 @@ impl Ftl {
             sequential_write_ns: m.sequential_write_ns,
             reliable_write_ns: m.reliable_write_ns,
             coalesce: m.coalesce_sub_page,
+            temp_page: m.sub_page_buffer.as_ref().map(|b| TempPage {
+                program_ns: b.program_ns,
+                program_ns_per_kib: b.program_ns_per_kib,
+                close_ns: b.close_ns,
+            }),
             buffer_a: m.buffer_a.as_ref().map(|a| BufferA {
                 rule: a.rule,
                 run_limit: (a.run_limit_bytes / SECTOR).max(1),
@@ -662,7 +690,7 @@ impl Ftl {
                             return self.program_small(nand, p.lo, e);
                         }
                         self.pending = Some(Pending { lo: p.lo, hi: e });
-                        return 0;
+                        return self.temp_page_program(nand, s, e);
                     }
                     // Contiguous but running past the page: it joins this write.
                     self.pending = None;
@@ -675,7 +703,7 @@ impl Ftl {
             if page == (e - 1) / ps && e - s < ps {
                 self.counters.coalesced_writes += 1;
                 self.pending = Some(Pending { lo: s, hi: e });
-                return t;
+                return t + self.temp_page_program(nand, s, e);
             }
         }
 
@@ -714,19 +742,44 @@ impl Ftl {
             self.run_in_a = false;
         }
 
-        t + self.au_write(nand, s, e, cmd, false)
+        t + self.au_write(nand, s, e, cmd, SlcPath::Auto)
     }
 
-    /// Program the coalescing buffer's page, if any.
+    /// Program the coalescing buffer's page, if any. A temporary page already holds its
+    /// sectors in flash: closing it makes them a page of the SLC cache, with no program.
     pub fn flush_pending(&mut self, nand: &mut Nand) -> Nanos {
-        match self.pending.take() {
-            Some(p) => {
-                let t = self.program_small(nand, p.lo, p.hi);
-                self.refresh_debt();
-                t
+        let Some(p) = self.pending.take() else {
+            return 0;
+        };
+        let t = match self.temp_page {
+            Some(tp) => {
+                let mut cmd = CmdState {
+                    au: u64::MAX,
+                    random: true,
+                    direct_sequential: false,
+                    len: p.hi - p.lo,
+                };
+                tp.close_ns + self.au_write(nand, p.lo, p.hi, &mut cmd, SlcPath::Admit)
             }
-            None => 0,
-        }
+            None => self.program_small(nand, p.lo, p.hi),
+        };
+        self.refresh_debt();
+        t
+    }
+
+    /// A sub-page write entering the coalescing buffer: with a temporary page, it is
+    /// programmed there before the write completes (the card has no volatile cache) — a
+    /// partial-page program of its sectors, never dearer than programming a whole SLC
+    /// page. Without one, the buffer is RAM and costs nothing.
+    fn temp_page_program(&mut self, nand: &mut Nand, s: u64, e: u64) -> Nanos {
+        let Some(tp) = self.temp_page else {
+            return 0;
+        };
+        self.counters.temp_page_programs += 1;
+        let bytes = (e - s) * SECTOR;
+        let t_prog =
+            tp.program_ns + (u128::from(bytes) * u128::from(tp.program_ns_per_kib) / 1024) as Nanos;
+        nand.program_partial_slc(bytes, t_prog)
     }
 
     /// A sub-page piece leaving the coalescing buffer: into the SLC cache if there is one,
@@ -738,7 +791,12 @@ impl Ftl {
             direct_sequential: false,
             len: hi - lo,
         };
-        self.au_write(nand, lo, hi, &mut cmd, self.slc.is_some())
+        let path = if self.slc.is_some() {
+            SlcPath::Program
+        } else {
+            SlcPath::Auto
+        };
+        self.au_write(nand, lo, hi, &mut cmd, path)
     }
 
     /// Buffer A: read-modify-write of the page into the small-write log.
@@ -856,7 +914,7 @@ impl Ftl {
         s: u64,
         e: u64,
         cmd: &mut CmdState,
-        force_slc: bool,
+        path: SlcPath,
     ) -> Nanos {
         let g = self.g;
         let au = s / g.au;
@@ -871,11 +929,13 @@ impl Ftl {
             cmd.random = !(off == self.states[idx].ptr || s == self.last_end || off == 0);
         }
         let use_slc = match &self.slc {
-            Some(c) => force_slc || (cmd.random && cmd.len <= c.max_write),
+            Some(c) => path != SlcPath::Auto || (cmd.random && cmd.len <= c.max_write),
             None => false,
         };
         let w = off / g.wu;
-        if use_slc {
+        if use_slc && path == SlcPath::Admit {
+            t += self.slc_admit(nand, idx, s, e);
+        } else if use_slc {
             t += self.slc_write(nand, idx, s, e);
         } else {
             let mut slot = self.states[idx].slot;
@@ -953,6 +1013,17 @@ impl Ftl {
         }
         t += nand.program_pages(pages, PageKind::Slc);
         self.counters.slc_writes += 1;
+        t + self.slc_admit(nand, idx, s, e)
+    }
+
+    /// Sectors `s..e` of AU state `idx`, now in SLC-mode flash, become cached pages: the
+    /// AU's copy of their write unit is superseded, and a full cache folds its oldest AU.
+    fn slc_admit(&mut self, nand: &mut Nand, idx: usize, s: u64, e: u64) -> Nanos {
+        let g = self.g;
+        let w = (s % g.au) / g.wu;
+        let first = s / g.page;
+        let last = (e - 1) / g.page;
+        let mut t = 0;
         let slot = self.states[idx].slot;
         if slot != NO_SLOT {
             // The newest copy of this write unit is now in the cache, not in the new AU.

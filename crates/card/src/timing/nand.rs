@@ -164,6 +164,14 @@ impl Nand {
         t
     }
 
+    /// Program `bytes` (less than a page) into an SLC-mode page already partly written (a
+    /// partial-page program) taking `t_prog`, but never longer than a whole SLC page's
+    /// program: channel time of the data plus the program.
+    pub fn program_partial_slc(&mut self, bytes: u64, t_prog: Nanos) -> Nanos {
+        let whole = self.transfer_ns(self.page_bytes) + self.program(1, PageKind::Slc);
+        (self.transfer_ns(bytes) + t_prog).min(whole)
+    }
+
     /// Read `pages` pages of one page row into the controller (as a read-modify-write
     /// does): multi-plane reads of up to `planes` pages, then the transfer of each.
     pub fn read_pages(&mut self, pages: u64, row: u64) -> Nanos {

@@ -40,8 +40,9 @@ fn the_model_owns_its_debt_and_reports_no_background_cost() {
     let c = t.program(
         0,
         &Program {
-            sector: user + 12345,
-            count: 8,
+            // One random 16 KiB page (a sub-page write would wait in the temporary page).
+            sector: user + 12352,
+            count: 32,
             target: ProgramTarget::Medium,
             reliable: false,
             packed_entry: false,

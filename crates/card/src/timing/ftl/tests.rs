@@ -3,7 +3,7 @@
 //! (16 write units, 128 sectors).
 
 use super::*;
-use crate::model::{BufferAModel, SlcCacheModel, SpecialRegionModel};
+use crate::model::{BufferAModel, SlcCacheModel, SpecialRegionModel, SubPageBufferModel};
 
 const PAGE: u64 = 4;
 const WU: u64 = 8;
@@ -45,6 +45,7 @@ fn ftl_model() -> FtlModel {
         spare_aus: 0,
         buffer_a: None,
         slc_cache: None,
+        sub_page_buffer: None,
         special_region: None,
     }
 }
@@ -391,6 +392,60 @@ fn sub_page_writes_wait_until_a_non_contiguous_write_or_a_full_page() {
     let flushed = c.write(40, 1); // not contiguous: the pending piece is programmed now
     assert!(flushed > 0, "the non-contiguous write pays the flush");
     assert!(c.ftl.flush_pending(&mut c.nand) > 0);
+    assert_eq!(c.ftl.flush_pending(&mut c.nand), 0);
+}
+
+/// The coalescing buffer as a temporary SLC page: 20 ns + 80 ns per KiB to program a
+/// sub-page write into it, 7 ns to close it.
+fn temp_page() -> FtlModel {
+    FtlModel {
+        coalesce_sub_page: true,
+        sub_page_buffer: Some(SubPageBufferModel {
+            program_ns: 20,
+            program_ns_per_kib: 80,
+            close_ns: 7,
+        }),
+        ..slc()
+    }
+}
+
+#[test]
+fn sub_page_writes_are_programmed_into_a_temporary_page_that_a_non_contiguous_write_closes() {
+    let mut c = Card::new(temp_page());
+    // 512 B: 1 ns on the channel, 20 + 40 ns of partial program.
+    let small = 1 + 20 + 40;
+    assert_eq!(c.write(0, 1), small, "in flash before the write completes");
+    assert_eq!(
+        c.write(1, 1),
+        small,
+        "a contiguous write is programmed there too"
+    );
+    assert_eq!(
+        c.write(2, 2),
+        XFER_PAGE + T_PROG,
+        "the write completing the page programs the page whole, into the SLC cache"
+    );
+    assert_eq!(c.counters().temp_page_programs, 2);
+    assert_eq!(c.counters().coalesced_writes, 3);
+    assert_eq!(c.ftl.slc_aus(), 1);
+    // 1.5 KiB would take 20 + 120 ns: never more than programming the whole page.
+    assert_eq!(c.write(8, 3), XFER_PAGE + T_PROG);
+    // A write elsewhere closes the temporary page: its sectors join the SLC cache as they
+    // are, with no second program; only the new write is programmed.
+    let programmed = c.nand.counters.pages_programmed;
+    assert_eq!(c.write(AU + 1, 1), 7 + small);
+    assert_eq!(c.nand.counters.pages_programmed, programmed + 1);
+    assert_eq!(c.counters().temp_page_programs, 4);
+    assert_eq!(
+        c.ftl.flush_pending(&mut c.nand),
+        7,
+        "closing costs close_ns alone"
+    );
+    assert_eq!(
+        c.ftl.slc_aus(),
+        2,
+        "the closed page of AU 1 is cached data to fold"
+    );
     assert_eq!(c.ftl.flush_pending(&mut c.nand), 0);
 }
 
