@@ -191,7 +191,10 @@ def copy_tree():
         shutil.rmtree(SRC)
     os.makedirs(SRC)
     archive = subprocess.run(["git", "-C", ROOT, "archive", "HEAD"], check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", SRC], input=archive, check=True)
+    # -m: the files get the extraction time, newer than any build a previous run left in
+    # target/ablation (with the archive's commit times, cargo would take a build of an
+    # ablated model for the baseline).
+    subprocess.run(["tar", "-x", "-m", "-C", SRC], input=archive, check=True)
 
 
 def run_tests():
