@@ -246,7 +246,8 @@ impl VolatileCache {
             return Ok(());
         }
         let mut c = std::mem::take(&mut self.combine);
-        let result = store.write_at(c.sector * SECTOR as u64, &c.buf);
+        // The store may take the buffer (and write it on a thread of its own).
+        let result = store.write_owned(c.sector * SECTOR as u64, &mut c.buf);
         if result.is_err() {
             self.restore(c.sector, &c.buf);
         }
@@ -415,7 +416,7 @@ impl VolatileCache {
                 buf.clear();
                 buf.resize(count as usize * SECTOR, 0);
                 self.overlay(start, &mut buf);
-                store.write_at(start * SECTOR as u64, &buf)?;
+                store.write_owned(start * SECTOR as u64, &mut buf)?;
             }
             for (line, mask) in Self::lines(start, count) {
                 self.clear_mask(line, mask);

@@ -114,6 +114,18 @@ pub enum ImageSyncArg {
     Flush,
 }
 
+/// `--image-writer`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ImageWriterArg {
+    /// Writes of 64 KiB and more that the card destages go to the image on a thread of
+    /// their own, overlapping the next request; reads, syncs and the card's durable
+    /// programs wait for them (docs/durability.md).
+    #[default]
+    Thread,
+    /// Every image write on the device thread.
+    Inline,
+}
+
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeArgs {
     /// vhost-user socket to create.
@@ -136,6 +148,9 @@ pub struct ServeArgs {
     /// When the image is fdatasynced (docs/durability.md).
     #[arg(long, value_enum, default_value_t = ImageSyncArg::Durable)]
     pub image_sync: ImageSyncArg,
+    /// Where large image writes run.
+    #[arg(long, value_enum, default_value_t = ImageWriterArg::Thread)]
+    pub image_writer: ImageWriterArg,
     #[arg(long, value_enum, default_value = "realtime")]
     pub timing: TimingArg,
     /// Wall time per unit of card time with realtime pacing (2.0 = twice as slow).
@@ -378,6 +393,9 @@ pub fn open_card(args: &ServeArgs) -> Result<(Card, DeviceModel), String> {
     }
     .map_err(|e| e.to_string())?;
     store.set_sync_programs(args.image_sync == ImageSyncArg::Durable);
+    store
+        .set_write_behind(args.image_writer == ImageWriterArg::Thread)
+        .map_err(|e| e.to_string())?;
     let card = Card::new(model.clone(), Box::new(store)).map_err(|e| e.to_string())?;
     Ok((card, model))
 }

@@ -7,7 +7,9 @@
 //! state (`[card]`, opaque to the store), and is replaced atomically.
 //!
 //! Data goes through `pread`/`pwrite` on one open file; nothing of the image is held in
-//! memory and no buffer larger than [`FILL_CHUNK`] is ever allocated.
+//! memory and no buffer larger than [`FILL_CHUNK`] is ever allocated. With
+//! [`ImageStore::set_write_behind`], large writes handed over with `write_owned` go to
+//! the file on a writer thread (`writer.rs`), at most 8 MiB of them at a time.
 
 use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
@@ -18,6 +20,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::writer::{Writer, MIN_QUEUED_BYTES};
 use super::{check_bounds, ImageLayout, Store, StoreError};
 
 /// The sidecar format this build reads and writes.
@@ -63,6 +66,8 @@ pub struct ImageStore {
     sync_programs: bool,
     /// fdatasyncs done.
     syncs: u64,
+    /// Large writes go to the file on this thread (`set_write_behind`).
+    writer: Option<Writer>,
 }
 
 /// The `[image]` table, in the order it is written.
@@ -136,6 +141,45 @@ impl ImageStore {
         self.syncs
     }
 
+    /// Write what `write_owned` hands over in 64 KiB or more on a thread of its own
+    /// (`serve` does), or everything on the caller's thread (the default). Switching off
+    /// waits for the queued writes.
+    pub fn set_write_behind(&mut self, on: bool) -> Result<(), StoreError> {
+        match (on, self.writer.is_some()) {
+            (true, false) => {
+                self.writer = Some(Writer::start(&self.file).map_err(|e| self.io(e))?);
+            }
+            (false, true) => {
+                self.writer = None;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Before an access of `[offset, offset + len)`: wait for the queued writes it
+    /// overlaps, and report a queued write that failed.
+    fn settle_range(&self, offset: u64, len: u64) -> Result<(), StoreError> {
+        if let Some(w) = &self.writer {
+            w.wait_for(offset, len);
+            if let Some(e) = w.take_error() {
+                return Err(self.io(e));
+            }
+        }
+        Ok(())
+    }
+
+    /// Wait for every queued write; report one that failed.
+    fn settle_all(&self) -> Result<(), StoreError> {
+        if let Some(w) = &self.writer {
+            w.drain();
+            if let Some(e) = w.take_error() {
+                return Err(self.io(e));
+            }
+        }
+        Ok(())
+    }
+
     /// Create a new sparse image and its sidecar. Fails if either exists.
     pub fn create(path: &Path, layout: ImageLayout, model_name: &str) -> Result<Self, StoreError> {
         let size = checked_total(&layout).map_err(|problem| StoreError::BadLayout {
@@ -187,6 +231,7 @@ impl ImageStore {
             card_state: None,
             sync_programs: true,
             syncs: 0,
+            writer: None,
         })
     }
 
@@ -259,6 +304,7 @@ impl ImageStore {
             card_state: card,
             sync_programs: true,
             syncs: 0,
+            writer: None,
         })
     }
 
@@ -333,16 +379,34 @@ impl Store for ImageStore {
 
     fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
         check_bounds(offset, buf.len() as u64, self.size)?;
+        self.settle_range(offset, buf.len() as u64)?;
         self.file.read_exact_at(buf, offset).map_err(|e| self.io(e))
     }
 
     fn write_at(&mut self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
         check_bounds(offset, buf.len() as u64, self.size)?;
+        self.settle_range(offset, buf.len() as u64)?;
         self.file.write_all_at(buf, offset).map_err(|e| self.io(e))
+    }
+
+    fn write_owned(&mut self, offset: u64, buf: &mut Vec<u8>) -> Result<(), StoreError> {
+        check_bounds(offset, buf.len() as u64, self.size)?;
+        match &self.writer {
+            Some(w) if buf.len() >= MIN_QUEUED_BYTES => {
+                if let Some(e) = w.take_error() {
+                    return Err(self.io(e));
+                }
+                let data = std::mem::take(buf);
+                *buf = w.submit(offset, data);
+                Ok(())
+            }
+            _ => self.write_at(offset, buf),
+        }
     }
 
     fn fill(&mut self, offset: u64, len: u64, byte: u8) -> Result<(), StoreError> {
         check_bounds(offset, len, self.size)?;
+        self.settle_range(offset, len)?;
         if len == 0 {
             return Ok(());
         }
@@ -358,11 +422,15 @@ impl Store for ImageStore {
     }
 
     fn sync(&mut self) -> Result<(), StoreError> {
+        self.settle_all()?;
         self.syncs += 1;
         self.file.sync_data().map_err(|e| self.io(e))
     }
 
     fn sync_program(&mut self) -> Result<(), StoreError> {
+        // Without the fdatasync the data must still be in the file before the card
+        // acknowledges it, so that it survives the daemon being killed.
+        self.settle_all()?;
         if self.sync_programs {
             self.sync()
         } else {
@@ -589,6 +657,84 @@ mod tests {
         let mut buf = vec![0xA5; len];
         store.read_at(offset, &mut buf).unwrap();
         buf
+    }
+
+    #[test]
+    fn with_write_behind_every_access_sees_the_writes_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, mut store) = new_image(&dir);
+        store.set_write_behind(true).unwrap();
+        let user = layout().user_offset();
+        // Large writes queue; the caller gets back a buffer whose contents it must not use.
+        for k in 0..8u8 {
+            let mut buf = pattern(k, 256 << 10);
+            store
+                .write_owned(user + u64::from(k) * (256 << 10), &mut buf)
+                .unwrap();
+        }
+        // A read of a queued range waits for it.
+        assert_eq!(
+            read(&mut store, user + 7 * (256 << 10), 4096),
+            pattern(7, 4096)
+        );
+        // A small write over a queued range lands after it, a fill too.
+        let mut big = pattern(20, 1 << 20);
+        store.write_owned(user + (2 << 20), &mut big).unwrap();
+        store
+            .write_at(user + (2 << 20) + 512, &[0xEE; 512])
+            .unwrap();
+        let mut big = pattern(21, 1 << 20);
+        store.write_owned(user + (3 << 20), &mut big).unwrap();
+        store.fill(user + (3 << 20), 4096, 0).unwrap();
+        store.sync().unwrap();
+        // After sync everything is in the file, read through a handle of its own.
+        let file = File::open(&path).unwrap();
+        let mut b = vec![0u8; 1024];
+        file.read_exact_at(&mut b, user + (2 << 20)).unwrap();
+        assert_eq!(&b[..512], &pattern(20, 512)[..]);
+        assert_eq!(&b[512..], &[0xEE; 512][..]);
+        let mut z = vec![1u8; 4096 + 512];
+        file.read_exact_at(&mut z, user + (3 << 20)).unwrap();
+        assert!(
+            z[..4096].iter().all(|&x| x == 0),
+            "the fill came after the write"
+        );
+        assert_eq!(&z[4096..], &pattern(21, 1 << 20)[4096..4096 + 512]);
+    }
+
+    #[test]
+    fn a_durable_program_waits_for_the_queued_writes_even_without_an_fdatasync() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, mut store) = new_image(&dir);
+        store.set_write_behind(true).unwrap();
+        store.set_sync_programs(false);
+        let user = layout().user_offset();
+        let mut buf = pattern(3, 4 << 20);
+        store.write_owned(user, &mut buf).unwrap();
+        store.sync_program().unwrap();
+        assert_eq!(store.syncs(), 0, "no fdatasync asked for");
+        let file = File::open(&path).unwrap();
+        let mut b = vec![0u8; 4096];
+        file.read_exact_at(&mut b, user + (4 << 20) - 4096).unwrap();
+        assert_eq!(b, pattern(3, 4 << 20)[(4 << 20) - 4096..]);
+    }
+
+    #[test]
+    fn write_owned_refuses_a_range_outside_the_image_and_keeps_the_buffer() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_path, mut store) = new_image(&dir);
+        store.set_write_behind(true).unwrap();
+        let mut buf = pattern(1, 128 << 10);
+        let end = layout().total_bytes();
+        assert!(matches!(
+            store.write_owned(end - 4096, &mut buf),
+            Err(StoreError::OutOfBounds { .. })
+        ));
+        assert_eq!(
+            buf,
+            pattern(1, 128 << 10),
+            "an error leaves the buffer as it was"
+        );
     }
 
     /// Bytes allocated to the file on disk (st_blocks is in 512-byte units).

@@ -12,6 +12,7 @@
 
 mod image;
 mod mem;
+mod writer;
 
 pub use image::{read_header, ImageHeader, ImageStore};
 pub use mem::{MemStore, NullStore};
@@ -76,6 +77,14 @@ pub trait Store {
     /// Fill `buf` from `offset`. Never-written (sparse) ranges read as zero.
     fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError>;
     fn write_at(&mut self, offset: u64, buf: &[u8]) -> Result<(), StoreError>;
+    /// Write `buf` at `offset`, as `write_at`, from a buffer the store may keep: it may
+    /// take `buf`'s contents and leave another buffer in its place, so the caller must
+    /// treat what `buf` holds afterwards as garbage (and clear it). On an error `buf` is
+    /// as it was. A store that writes on a thread of its own (`ImageStore` with
+    /// [`ImageStore::set_write_behind`]) saves the copy this way.
+    fn write_owned(&mut self, offset: u64, buf: &mut Vec<u8>) -> Result<(), StoreError> {
+        self.write_at(offset, buf)
+    }
     /// Set `len` bytes at `offset` to `byte`. For `byte == 0` implementations should
     /// deallocate (punch a hole) rather than write zeroes.
     fn fill(&mut self, offset: u64, len: u64, byte: u8) -> Result<(), StoreError>;
