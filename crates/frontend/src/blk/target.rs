@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use vm_memory::{
     Address, Bytes, GuestAddress, GuestAddressSpace, GuestMemory, GuestMemoryAtomic,
-    GuestMemoryLoadGuard, GuestMemoryMmap,
+    GuestMemoryBackend, GuestMemoryLoadGuard, GuestMemoryMmap,
 };
 
 use super::request::{
@@ -94,6 +94,9 @@ struct InFlight {
 pub struct GuestData {
     mem: Option<GuestMemoryAtomic<GuestMemoryMmap>>,
     reqs: HashMap<u64, InFlight>,
+    /// The guest memory a slice handed out by `read_target`/`write_source` points into,
+    /// held so that it stays mapped while the slice lives.
+    held: Option<GuestMemoryLoadGuard<GuestMemoryMmap>>,
 }
 
 /// The guest addresses holding bytes `[offset, offset + len)` of a request's data, as
@@ -133,6 +136,31 @@ impl GuestData {
         Some((f, offset, mem))
     }
 
+    /// Where `req`'s data from `lba` on lies in this process's memory, when its `len`
+    /// bytes are one contiguous piece of one guest memory region (a buffer the guest
+    /// split into descriptors of at most 64 KiB usually is); the mapping is then held
+    /// in `self.held`.
+    fn contiguous(&mut self, req: &BlkRequest, lba: u64, len: usize) -> Option<*mut u8> {
+        let (f, offset, mem) = self.locate(req, lba)?;
+        let mut pieces = guest_pieces(&f.req.data, offset, len);
+        let (first, r) = pieces.next()?;
+        let mut end = first.checked_add(r.len() as u64)?;
+        let mut covered = r.len();
+        for (at, r) in pieces {
+            if at != end {
+                return None;
+            }
+            end = at.checked_add(r.len() as u64)?;
+            covered += r.len();
+        }
+        if covered != len {
+            return None;
+        }
+        let ptr = mem.get_slice(first, len).ok()?.ptr_guard_mut().as_ptr();
+        self.held = Some(mem);
+        Some(ptr)
+    }
+
     fn unmapped(f: &mut InFlight, offset: u64) {
         log::warn!(
             "request {}: guest buffer at byte {offset} is not mapped any more",
@@ -166,6 +194,26 @@ impl BlkData for GuestData {
         if !ok {
             Self::unmapped(f, offset);
         }
+    }
+
+    fn read_target(&mut self, req: &BlkRequest, lba: u64, len: usize) -> Option<&mut [u8]> {
+        let ptr = self.contiguous(req, lba, len)?;
+        // SAFETY: `contiguous` checked that `len` bytes from `ptr` lie in one mapped guest
+        // memory region, and `self.held` keeps that mapping alive for as long as this
+        // borrow of `self`. The bytes are the request's device-writable buffer, which the
+        // guest handed to the device until the request completes (virtio 1.2, 2.7.13):
+        // nothing else in this process touches them meanwhile, and the card only stores
+        // into them. A guest that writes its own buffer anyway only garbles its own data,
+        // as it would with volatile copies.
+        Some(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
+    }
+
+    fn write_source(&mut self, req: &BlkRequest, lba: u64, len: usize) -> Option<&[u8]> {
+        let ptr = self.contiguous(req, lba, len)?;
+        // SAFETY: as in `read_target`: `len` mapped bytes kept mapped by `self.held`, the
+        // request's device-readable buffer, which the card only copies from. A guest that
+        // changes it during the request sends whatever the copy saw, as with a real DMA.
+        Some(unsafe { std::slice::from_raw_parts(ptr, len) })
     }
 }
 

@@ -116,7 +116,7 @@ impl<H: MmcHostOps, D: BlkData> MmcBlk<H, D> {
                 done,
                 retries: _,
             } => {
-                if req.op == BlkOp::Read {
+                if req.op == BlkOp::Read && !self.read_in_place {
                     let lba = req.lba + u64::from(done);
                     let len = sectors as usize * 512;
                     self.data.read_data(&req, lba, &self.rbuf[..len]);

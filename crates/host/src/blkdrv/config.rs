@@ -223,4 +223,8 @@ pub struct BlkStats {
     pub failed: u64,
     /// Card re-initialisations after it stopped answering (`mmc_blk_reset`).
     pub resets: u64,
+    /// MMC reads and writes whose data went straight between the card and the request's
+    /// own memory ([`super::BlkData::read_target`], [`super::BlkData::write_source`]),
+    /// not through the driver's buffer.
+    pub in_place: u64,
 }

@@ -123,6 +123,9 @@ pub struct MmcBlk<H: MmcHostOps, D: BlkData = NoData> {
     /// Write data: room for a 512-byte packed header followed by the data.
     wbuf: Vec<u8>,
     rbuf: Vec<u8>,
+    /// The read on the card went straight into the data's own memory
+    /// ([`BlkData::read_target`]): nothing to copy when it completes.
+    read_in_place: bool,
 }
 
 /// Where the data of block requests comes from and goes to. A request is identified by
@@ -133,6 +136,17 @@ pub trait BlkData {
     fn write_data(&mut self, req: &BlkRequest, lba: u64, buf: &mut [u8]);
     /// `buf` holds what the card returned for `req`'s sectors from `lba` on.
     fn read_data(&mut self, req: &BlkRequest, lba: u64, buf: &[u8]);
+    /// Memory the card may read `req`'s sectors from `lba` on into directly: `len` bytes
+    /// in one piece, the data's own (a guest's buffer). The read then needs no
+    /// `read_data`. `None`: through the driver's buffer.
+    fn read_target(&mut self, _req: &BlkRequest, _lba: u64, _len: usize) -> Option<&mut [u8]> {
+        None
+    }
+    /// The same for a write: `len` bytes of `req`'s data from `lba` on, to send as they
+    /// are instead of copying them with `write_data`.
+    fn write_source(&mut self, _req: &BlkRequest, _lba: u64, _len: usize) -> Option<&[u8]> {
+        None
+    }
 }
 
 /// No data: writes carry zeroes and reads are dropped (the simulator's store keeps no

@@ -111,6 +111,7 @@ impl<H: MmcHostOps, D: BlkData> MmcBlk<H, D> {
             stats: BlkStats::default(),
             wbuf: vec![0; buf_len(max)],
             rbuf: vec![0; buf_len(max)],
+            read_in_place: false,
         })
     }
 

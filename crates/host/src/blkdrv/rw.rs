@@ -37,10 +37,21 @@ impl<H: MmcHostOps, D: BlkData> MmcBlk<H, D> {
             self.stats.reliable_writes += 1;
         }
         self.stats.mmc_requests += 1;
+        // The data moves between the card and the request's own memory when that is one
+        // piece; otherwise through the driver's buffers.
         let done_c = if write {
-            self.data
-                .write_data(&req, lba, &mut self.wbuf[512..512 + len]);
-            let mut sg = [&self.wbuf[512..512 + len]];
+            let source: &[u8] = match self.data.write_source(&req, lba, len) {
+                Some(data) => {
+                    self.stats.in_place += 1;
+                    data
+                }
+                None => {
+                    self.data
+                        .write_data(&req, lba, &mut self.wbuf[512..512 + len]);
+                    &self.wbuf[512..512 + len]
+                }
+            };
+            let mut sg = [source];
             self.host.start_request(MmcRequest {
                 sbc,
                 cmd,
@@ -48,7 +59,16 @@ impl<H: MmcHostOps, D: BlkData> MmcBlk<H, D> {
                 stop,
             })
         } else {
-            let mut sg = [&mut self.rbuf[..len]];
+            let target = self.data.read_target(&req, lba, len);
+            self.read_in_place = target.is_some();
+            let target: &mut [u8] = match target {
+                Some(memory) => {
+                    self.stats.in_place += 1;
+                    memory
+                }
+                None => &mut self.rbuf[..len],
+            };
+            let mut sg = [target];
             self.host.start_request(MmcRequest {
                 sbc,
                 cmd,
