@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::writer::{Writer, MIN_QUEUED_BYTES};
+use super::writer::{Reader, Writer, MIN_QUEUED_BYTES, MIN_SPLIT_READ_BYTES};
 use super::{check_bounds, ImageLayout, Store, StoreError};
 
 /// The sidecar format this build reads and writes.
@@ -68,6 +68,8 @@ pub struct ImageStore {
     syncs: u64,
     /// Large writes go to the file on this thread (`set_write_behind`).
     writer: Option<Writer>,
+    /// Large reads are split with this thread (`set_write_behind` too).
+    reader: Option<Reader>,
 }
 
 /// The `[image]` table, in the order it is written.
@@ -141,16 +143,19 @@ impl ImageStore {
         self.syncs
     }
 
-    /// Write what `write_owned` hands over in 64 KiB or more on a thread of its own
-    /// (`serve` does), or everything on the caller's thread (the default). Switching off
-    /// waits for the queued writes.
+    /// Write what `write_owned` hands over in 64 KiB or more on a thread of its own, and
+    /// read 256 KiB and more in two halves at once, one on a second thread (`serve`
+    /// does); or do everything on the caller's thread (the default). Switching off waits
+    /// for the queued writes.
     pub fn set_write_behind(&mut self, on: bool) -> Result<(), StoreError> {
         match (on, self.writer.is_some()) {
             (true, false) => {
                 self.writer = Some(Writer::start(&self.file).map_err(|e| self.io(e))?);
+                self.reader = Some(Reader::start(&self.file).map_err(|e| self.io(e))?);
             }
             (false, true) => {
                 self.writer = None;
+                self.reader = None;
             }
             _ => {}
         }
@@ -232,6 +237,7 @@ impl ImageStore {
             sync_programs: true,
             syncs: 0,
             writer: None,
+            reader: None,
         })
     }
 
@@ -305,6 +311,7 @@ impl ImageStore {
             sync_programs: true,
             syncs: 0,
             writer: None,
+            reader: None,
         })
     }
 
@@ -380,7 +387,13 @@ impl Store for ImageStore {
     fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
         check_bounds(offset, buf.len() as u64, self.size)?;
         self.settle_range(offset, buf.len() as u64)?;
-        self.file.read_exact_at(buf, offset).map_err(|e| self.io(e))
+        match &self.reader {
+            Some(r) if buf.len() >= MIN_SPLIT_READ_BYTES => {
+                r.read_exact_at(&self.file, buf, offset)
+            }
+            _ => self.file.read_exact_at(buf, offset),
+        }
+        .map_err(|e| self.io(e))
     }
 
     fn write_at(&mut self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {

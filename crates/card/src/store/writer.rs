@@ -1,4 +1,4 @@
-//! Large image writes on a thread of their own.
+//! Large image writes on a thread of their own, and large reads split over two.
 //!
 //! The cache destages up to 1 MiB at a time, and the system call that copies it into the
 //! image's page cache takes about as long as everything else the daemon does for the
@@ -13,6 +13,9 @@
 //!   and survives the daemon being killed;
 //! * a write that fails on the thread is reported by the next call into the store, as the
 //!   kernel reports a failed writeback at the next `fsync`.
+//!
+//! Reads of 256 KiB and more are split in two, the second half read on another thread
+//! while the caller reads the first; the call returns when both are in.
 
 use std::fs::File;
 use std::io;
@@ -187,6 +190,104 @@ impl Drop for Writer {
     }
 }
 
+/// Reads of this size and more are split in two halves, one read on a helper thread
+/// while the caller reads the other. Measured: 1 MiB reads at QD4 4.1-4.3 → 6.6-6.7
+/// GB/s; splitting 128 KiB reads too made them slower (3.3-3.4 → 2.9-3.0 GB/s at QD1),
+/// the hand-over costing more than half a copy.
+pub const MIN_SPLIT_READ_BYTES: usize = 256 << 10;
+
+/// A second half of a read, for the helper.
+struct HalfRead {
+    /// Where the half goes: the caller's buffer, which outlives the read (the caller
+    /// waits for `done` before it returns).
+    ptr: *mut u8,
+    len: usize,
+    offset: u64,
+    done: mpsc::SyncSender<io::Result<()>>,
+}
+
+// SAFETY: the pointer is only dereferenced by the helper thread, through `pread` into
+// `len` bytes the sending thread reserves for it and does not touch until it has the
+// result (see `Reader::read_exact_at`).
+unsafe impl Send for HalfRead {}
+
+/// A thread that reads the second half of large reads, so that two `pread`s copy out of
+/// the page cache at once (as a thread pool does for qemu-storage-daemon).
+pub struct Reader {
+    jobs: Option<mpsc::Sender<HalfRead>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Reader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reader").finish_non_exhaustive()
+    }
+}
+
+impl Reader {
+    pub fn start(file: &File) -> io::Result<Reader> {
+        let file = file.try_clone()?;
+        let (tx, rx) = mpsc::channel::<HalfRead>();
+        let thread = std::thread::Builder::new()
+            .name("image-reader".into())
+            .spawn(move || {
+                for job in rx {
+                    // SAFETY: `job.ptr..job.ptr + job.len` is the part of the caller's
+                    // buffer reserved for this half (see `read_exact_at`): valid for
+                    // writes, written by nothing else until the caller has the result.
+                    let half = unsafe { std::slice::from_raw_parts_mut(job.ptr, job.len) };
+                    let result = file.read_exact_at(half, job.offset);
+                    // The caller waits for this; if it is gone, nothing is left to tell.
+                    let _ = job.done.send(result);
+                }
+            })?;
+        Ok(Reader {
+            jobs: Some(tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// Fill `buf` from `offset` of `file` (the store's own handle), the second half on
+    /// the helper thread.
+    pub fn read_exact_at(&self, file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        // Split on a 4 KiB boundary, so that each half copies whole pages.
+        let first_len = (buf.len() / 2) & !4095;
+        let (first, second) = buf.split_at_mut(first_len);
+        let (done_tx, done_rx) = mpsc::sync_channel(1);
+        let job = HalfRead {
+            ptr: second.as_mut_ptr(),
+            len: second.len(),
+            offset: offset + first_len as u64,
+            done: done_tx,
+        };
+        let sent = self
+            .jobs
+            .as_ref()
+            .is_some_and(|jobs| jobs.send(job).is_ok());
+        let ours = file.read_exact_at(first, offset);
+        let theirs = if sent {
+            // The helper answers every job; a closed channel means it died mid-read.
+            done_rx
+                .recv()
+                .unwrap_or_else(|_| Err(io::Error::other("the image reader thread stopped")))
+        } else {
+            file.read_exact_at(second, offset + first_len as u64)
+        };
+        ours.and(theirs)
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        self.jobs = None;
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                log::error!("the image reader thread panicked");
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,6 +346,20 @@ mod tests {
         w.drain();
         assert!(w.take_error().is_some());
         assert!(w.take_error().is_none(), "reported once");
+    }
+
+    #[test]
+    fn a_split_read_fills_both_halves() {
+        let (_d, f) = file();
+        let data: Vec<u8> = (0..(1 << 20) + 4608).map(|i| (i % 251) as u8).collect();
+        f.write_all_at(&data, 12345).unwrap();
+        let r = Reader::start(&f).unwrap();
+        let mut b = vec![0u8; data.len()];
+        r.read_exact_at(&f, &mut b, 12345).unwrap();
+        assert_eq!(b, data);
+        // Past the end of the file: an error, not a short read.
+        let mut tail = vec![0u8; 1 << 20];
+        assert!(r.read_exact_at(&f, &mut tail, (64 << 20) - 4096).is_err());
     }
 
     #[test]
