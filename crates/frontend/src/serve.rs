@@ -114,15 +114,16 @@ pub enum ImageSyncArg {
     Flush,
 }
 
-/// `--image-writer`.
+/// `--image-io`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum ImageWriterArg {
-    /// Writes of 64 KiB and more that the card destages go to the image on a thread of
-    /// their own, overlapping the next request; reads, syncs and the card's durable
-    /// programs wait for them (docs/durability.md).
+pub enum ImageIoArg {
+    /// Writes of 64 KiB and more that the card destages go to the image on a writer
+    /// thread, overlapping the next request (reads, syncs and the card's durable programs
+    /// wait for them: docs/durability.md); reads of 256 KiB and more are split over two
+    /// threads.
     #[default]
-    Thread,
-    /// Every image write on the device thread.
+    Threads,
+    /// All image I/O on the device thread.
     Inline,
 }
 
@@ -148,9 +149,9 @@ pub struct ServeArgs {
     /// When the image is fdatasynced (docs/durability.md).
     #[arg(long, value_enum, default_value_t = ImageSyncArg::Durable)]
     pub image_sync: ImageSyncArg,
-    /// Where large image writes run.
-    #[arg(long, value_enum, default_value_t = ImageWriterArg::Thread)]
-    pub image_writer: ImageWriterArg,
+    /// Where large image reads and writes run.
+    #[arg(long, value_enum, default_value_t = ImageIoArg::Threads)]
+    pub image_io: ImageIoArg,
     #[arg(long, value_enum, default_value = "realtime")]
     pub timing: TimingArg,
     /// Wall time per unit of card time with realtime pacing (2.0 = twice as slow).
@@ -394,7 +395,7 @@ pub fn open_card(args: &ServeArgs) -> Result<(Card, DeviceModel), String> {
     .map_err(|e| e.to_string())?;
     store.set_sync_programs(args.image_sync == ImageSyncArg::Durable);
     store
-        .set_write_behind(args.image_writer == ImageWriterArg::Thread)
+        .set_io_threads(args.image_io == ImageIoArg::Threads)
         .map_err(|e| e.to_string())?;
     let card = Card::new(model.clone(), Box::new(store)).map_err(|e| e.to_string())?;
     Ok((card, model))

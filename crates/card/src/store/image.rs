@@ -8,7 +8,7 @@
 //!
 //! Data goes through `pread`/`pwrite` on one open file; nothing of the image is held in
 //! memory and no buffer larger than [`FILL_CHUNK`] is ever allocated. With
-//! [`ImageStore::set_write_behind`], large writes handed over with `write_owned` go to
+//! [`ImageStore::set_io_threads`], large writes handed over with `write_owned` go to
 //! the file on a writer thread (`writer.rs`), at most 8 MiB of them at a time.
 
 use std::ffi::OsString;
@@ -66,9 +66,9 @@ pub struct ImageStore {
     sync_programs: bool,
     /// fdatasyncs done.
     syncs: u64,
-    /// Large writes go to the file on this thread (`set_write_behind`).
+    /// Large writes go to the file on this thread (`set_io_threads`).
     writer: Option<Writer>,
-    /// Large reads are split with this thread (`set_write_behind` too).
+    /// Large reads are split with this thread (`set_io_threads` too).
     reader: Option<Reader>,
 }
 
@@ -147,7 +147,7 @@ impl ImageStore {
     /// read 256 KiB and more in two halves at once, one on a second thread (`serve`
     /// does); or do everything on the caller's thread (the default). Switching off waits
     /// for the queued writes.
-    pub fn set_write_behind(&mut self, on: bool) -> Result<(), StoreError> {
+    pub fn set_io_threads(&mut self, on: bool) -> Result<(), StoreError> {
         match (on, self.writer.is_some()) {
             (true, false) => {
                 self.writer = Some(Writer::start(&self.file).map_err(|e| self.io(e))?);
@@ -676,7 +676,7 @@ mod tests {
     fn with_write_behind_every_access_sees_the_writes_before_it() {
         let dir = tempfile::tempdir().unwrap();
         let (path, mut store) = new_image(&dir);
-        store.set_write_behind(true).unwrap();
+        store.set_io_threads(true).unwrap();
         let user = layout().user_offset();
         // Large writes queue; the caller gets back a buffer whose contents it must not use.
         for k in 0..8u8 {
@@ -700,6 +700,10 @@ mod tests {
         store.write_owned(user + (3 << 20), &mut big).unwrap();
         store.fill(user + (3 << 20), 4096, 0).unwrap();
         store.sync().unwrap();
+        // A read large enough to be split over two threads.
+        let mut whole = pattern(20, 1 << 20);
+        whole[512..1024].fill(0xEE);
+        assert_eq!(read(&mut store, user + (2 << 20), 1 << 20), whole);
         // After sync everything is in the file, read through a handle of its own.
         let file = File::open(&path).unwrap();
         let mut b = vec![0u8; 1024];
@@ -719,7 +723,7 @@ mod tests {
     fn a_durable_program_waits_for_the_queued_writes_even_without_an_fdatasync() {
         let dir = tempfile::tempdir().unwrap();
         let (path, mut store) = new_image(&dir);
-        store.set_write_behind(true).unwrap();
+        store.set_io_threads(true).unwrap();
         store.set_sync_programs(false);
         let user = layout().user_offset();
         let mut buf = pattern(3, 4 << 20);
@@ -736,7 +740,7 @@ mod tests {
     fn write_owned_refuses_a_range_outside_the_image_and_keeps_the_buffer() {
         let dir = tempfile::tempdir().unwrap();
         let (_path, mut store) = new_image(&dir);
-        store.set_write_behind(true).unwrap();
+        store.set_io_threads(true).unwrap();
         let mut buf = pattern(1, 128 << 10);
         let end = layout().total_bytes();
         assert!(matches!(

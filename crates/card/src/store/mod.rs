@@ -81,7 +81,7 @@ pub trait Store {
     /// take `buf`'s contents and leave another buffer in its place, so the caller must
     /// treat what `buf` holds afterwards as garbage (and clear it). On an error `buf` is
     /// as it was. A store that writes on a thread of its own (`ImageStore` with
-    /// [`ImageStore::set_write_behind`]) saves the copy this way.
+    /// [`ImageStore::set_io_threads`]) saves the copy this way.
     fn write_owned(&mut self, offset: u64, buf: &mut Vec<u8>) -> Result<(), StoreError> {
         self.write_at(offset, buf)
     }

@@ -777,8 +777,10 @@ impl Ftl {
         };
         self.counters.temp_page_programs += 1;
         let bytes = (e - s) * SECTOR;
-        let t_prog =
-            tp.program_ns + (u128::from(bytes) * u128::from(tp.program_ns_per_kib) / 1024) as Nanos;
+        let per_kib = u128::from(bytes) * u128::from(tp.program_ns_per_kib) / 1024;
+        let t_prog = tp
+            .program_ns
+            .saturating_add(Nanos::try_from(per_kib).unwrap_or(Nanos::MAX));
         nand.program_partial_slc(bytes, t_prog)
     }
 
