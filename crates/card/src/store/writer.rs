@@ -70,11 +70,51 @@ fn overlaps((o, l): (u64, u64), offset: u64, len: u64) -> bool {
     o < offset.saturating_add(len) && offset < o.saturating_add(l)
 }
 
+/// A thread doing the jobs sent to it, in order; dropping it closes the channel and
+/// waits for the thread to finish what it was sent.
+struct Worker<T> {
+    name: &'static str,
+    jobs: Option<mpsc::Sender<T>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl<T: Send + 'static> Worker<T> {
+    fn start(name: &'static str, mut work: impl FnMut(T) + Send + 'static) -> io::Result<Self> {
+        let (tx, rx) = mpsc::channel::<T>();
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || rx.into_iter().for_each(&mut work))?;
+        Ok(Worker {
+            name,
+            jobs: Some(tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// Hand `job` over; false if the thread is gone.
+    fn send(&self, job: T) -> bool {
+        self.jobs
+            .as_ref()
+            .is_some_and(|jobs| jobs.send(job).is_ok())
+    }
+}
+
+impl<T> Drop for Worker<T> {
+    fn drop(&mut self) {
+        // Closing the channel ends the thread once it has done everything sent.
+        self.jobs = None;
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                log::error!("the {} thread panicked", self.name);
+            }
+        }
+    }
+}
+
 /// The image's writer thread and what it has been given.
 pub struct Writer {
     shared: Arc<Shared>,
-    jobs: Option<mpsc::Sender<Job>>,
-    thread: Option<JoinHandle<()>>,
+    worker: Worker<Job>,
 }
 
 impl std::fmt::Debug for Writer {
@@ -92,36 +132,27 @@ impl Writer {
     pub fn start(file: &File) -> io::Result<Writer> {
         let file = file.try_clone()?;
         let shared = Arc::new(Shared::default());
-        let (tx, rx) = mpsc::channel::<Job>();
         let on_thread = Arc::clone(&shared);
-        let thread = std::thread::Builder::new()
-            .name("image-writer".into())
-            .spawn(move || {
-                for mut job in rx {
-                    let result = file.write_all_at(&job.buf, job.offset);
-                    let len = job.buf.len() as u64;
-                    let mut s = on_thread.lock();
-                    if let Some(i) = s.pending.iter().position(|&p| p == (job.offset, len)) {
-                        s.pending.swap_remove(i);
-                    }
-                    s.pending_bytes -= job.buf.len();
-                    if let Err(e) = result {
-                        log::error!("image write of {len} bytes at offset {}: {e}", job.offset);
-                        s.error.get_or_insert(e);
-                    }
-                    if s.spare.len() < SPARE_BUFFERS {
-                        job.buf.clear();
-                        s.spare.push(job.buf);
-                    }
-                    drop(s);
-                    on_thread.changed.notify_all();
-                }
-            })?;
-        Ok(Writer {
-            shared,
-            jobs: Some(tx),
-            thread: Some(thread),
-        })
+        let worker = Worker::start("image-writer", move |mut job: Job| {
+            let result = file.write_all_at(&job.buf, job.offset);
+            let len = job.buf.len() as u64;
+            let mut s = on_thread.lock();
+            if let Some(i) = s.pending.iter().position(|&p| p == (job.offset, len)) {
+                s.pending.swap_remove(i);
+            }
+            s.pending_bytes -= job.buf.len();
+            if let Err(e) = result {
+                log::error!("image write of {len} bytes at offset {}: {e}", job.offset);
+                s.error.get_or_insert(e);
+            }
+            if s.spare.len() < SPARE_BUFFERS {
+                job.buf.clear();
+                s.spare.push(job.buf);
+            }
+            drop(s);
+            on_thread.changed.notify_all();
+        })?;
+        Ok(Writer { shared, worker })
     }
 
     /// Queue `buf` for writing at `offset` (bounds checked by the caller); returns an
@@ -138,11 +169,7 @@ impl Writer {
         s.pending_bytes += len;
         let spare = s.spare.pop().unwrap_or_default();
         drop(s);
-        let sent = self
-            .jobs
-            .as_ref()
-            .is_some_and(|jobs| jobs.send(Job { offset, buf }).is_ok());
-        if !sent {
+        if !self.worker.send(Job { offset, buf }) {
             // The thread is gone (it only ends when the writer is dropped): nothing will
             // write this. Record it so the next call reports it.
             let mut s = self.shared.lock();
@@ -178,18 +205,6 @@ impl Writer {
     }
 }
 
-impl Drop for Writer {
-    fn drop(&mut self) {
-        // Closing the channel ends the thread once it has written everything queued.
-        self.jobs = None;
-        if let Some(thread) = self.thread.take() {
-            if thread.join().is_err() {
-                log::error!("the image writer thread panicked");
-            }
-        }
-    }
-}
-
 /// Reads of this size and more are split in two halves, one read on a helper thread
 /// while the caller reads the other. Measured: 1 MiB reads at QD4 4.1-4.3 → 6.6-6.7
 /// GB/s; splitting 128 KiB reads too made them slower (3.3-3.4 → 2.9-3.0 GB/s at QD1),
@@ -214,8 +229,7 @@ unsafe impl Send for HalfRead {}
 /// A thread that reads the second half of large reads, so that two `pread`s copy out of
 /// the page cache at once (as a thread pool does for qemu-storage-daemon).
 pub struct Reader {
-    jobs: Option<mpsc::Sender<HalfRead>>,
-    thread: Option<JoinHandle<()>>,
+    worker: Worker<HalfRead>,
 }
 
 impl std::fmt::Debug for Reader {
@@ -227,24 +241,16 @@ impl std::fmt::Debug for Reader {
 impl Reader {
     pub fn start(file: &File) -> io::Result<Reader> {
         let file = file.try_clone()?;
-        let (tx, rx) = mpsc::channel::<HalfRead>();
-        let thread = std::thread::Builder::new()
-            .name("image-reader".into())
-            .spawn(move || {
-                for job in rx {
-                    // SAFETY: `job.ptr..job.ptr + job.len` is the part of the caller's
-                    // buffer reserved for this half (see `read_exact_at`): valid for
-                    // writes, written by nothing else until the caller has the result.
-                    let half = unsafe { std::slice::from_raw_parts_mut(job.ptr, job.len) };
-                    let result = file.read_exact_at(half, job.offset);
-                    // The caller waits for this; if it is gone, nothing is left to tell.
-                    let _ = job.done.send(result);
-                }
-            })?;
-        Ok(Reader {
-            jobs: Some(tx),
-            thread: Some(thread),
-        })
+        let worker = Worker::start("image-reader", move |job: HalfRead| {
+            // SAFETY: `job.ptr..job.ptr + job.len` is the part of the caller's buffer
+            // reserved for this half (see `read_exact_at`): valid for writes, written by
+            // nothing else until the caller has the result.
+            let half = unsafe { std::slice::from_raw_parts_mut(job.ptr, job.len) };
+            let result = file.read_exact_at(half, job.offset);
+            // The caller waits for this; if it is gone, nothing is left to tell.
+            let _ = job.done.send(result);
+        })?;
+        Ok(Reader { worker })
     }
 
     /// Fill `buf` from `offset` of `file` (the store's own handle), the second half on
@@ -260,10 +266,7 @@ impl Reader {
             offset: offset + first_len as u64,
             done: done_tx,
         };
-        let sent = self
-            .jobs
-            .as_ref()
-            .is_some_and(|jobs| jobs.send(job).is_ok());
+        let sent = self.worker.send(job);
         let ours = file.read_exact_at(first, offset);
         let theirs = if sent {
             // The helper answers every job; a closed channel means it died mid-read.
@@ -274,17 +277,6 @@ impl Reader {
             file.read_exact_at(second, offset + first_len as u64)
         };
         ours.and(theirs)
-    }
-}
-
-impl Drop for Reader {
-    fn drop(&mut self) {
-        self.jobs = None;
-        if let Some(thread) = self.thread.take() {
-            if thread.join().is_err() {
-                log::error!("the image reader thread panicked");
-            }
-        }
     }
 }
 
