@@ -326,7 +326,11 @@ impl CardTarget {
 
     /// The guest memory the data path reads and writes.
     pub fn set_memory(&mut self, mem: Option<GuestMemoryAtomic<GuestMemoryMmap>>) {
-        self.drv.data_mut().mem = mem;
+        let data = self.drv.data_mut();
+        data.mem = mem;
+        // Let go of the mapping the last in-place transfer held: a departed guest's
+        // memory must not stay mapped until the next session's first request.
+        data.held = None;
     }
 
     /// The earliest arrival among the requests in the driver.
