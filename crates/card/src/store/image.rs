@@ -9,7 +9,8 @@
 //! Data goes through `pread`/`pwrite` on one open file; nothing of the image is held in
 //! memory and no buffer larger than [`FILL_CHUNK`] is ever allocated. With
 //! [`ImageStore::set_io_threads`], large writes handed over with `write_owned` go to
-//! the file on a writer thread (`writer.rs`), at most 8 MiB of them at a time.
+//! the file on a writer thread (`writer.rs`), at most 8 MiB of them at a time, and
+//! large reads are split over two threads.
 
 use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
@@ -166,10 +167,7 @@ impl ImageStore {
     /// overlaps, and report a queued write that failed.
     fn settle_range(&self, offset: u64, len: u64) -> Result<(), StoreError> {
         if let Some(w) = &self.writer {
-            w.wait_for(offset, len);
-            if let Some(e) = w.take_error() {
-                return Err(self.io(e));
-            }
+            w.wait_for(offset, len).map_err(|e| self.io(e))?;
         }
         Ok(())
     }
@@ -177,10 +175,7 @@ impl ImageStore {
     /// Wait for every queued write; report one that failed.
     fn settle_all(&self) -> Result<(), StoreError> {
         if let Some(w) = &self.writer {
-            w.drain();
-            if let Some(e) = w.take_error() {
-                return Err(self.io(e));
-            }
+            w.drain().map_err(|e| self.io(e))?;
         }
         Ok(())
     }

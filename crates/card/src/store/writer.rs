@@ -183,20 +183,23 @@ impl Writer {
         spare
     }
 
-    /// Wait until no queued write overlaps `[offset, offset + len)`.
-    pub fn wait_for(&self, offset: u64, len: u64) {
+    /// Wait until no queued write overlaps `[offset, offset + len)`; then report a
+    /// queued write that failed since the last report.
+    pub fn wait_for(&self, offset: u64, len: u64) -> io::Result<()> {
         let mut s = self.shared.lock();
         while s.pending.iter().any(|&p| overlaps(p, offset, len)) {
             s = self.shared.wait(s);
         }
+        s.error.take().map_or(Ok(()), Err)
     }
 
-    /// Wait until every queued write is in the file.
-    pub fn drain(&self) {
+    /// Wait until every queued write is in the file; then report as `wait_for` does.
+    pub fn drain(&self) -> io::Result<()> {
         let mut s = self.shared.lock();
         while !s.pending.is_empty() {
             s = self.shared.wait(s);
         }
+        s.error.take().map_or(Ok(()), Err)
     }
 
     /// The first write that failed since the last call, if any.
@@ -306,11 +309,10 @@ mod tests {
         for i in 0..64u8 {
             w.submit(4096, vec![i; 1 << 20]);
         }
-        w.drain();
+        w.drain().unwrap();
         let mut b = vec![0u8; 1 << 20];
         f.read_exact_at(&mut b, 4096).unwrap();
         assert!(b.iter().all(|&x| x == 63));
-        assert!(w.take_error().is_none());
     }
 
     #[test]
@@ -320,7 +322,7 @@ mod tests {
         for k in 0..16u64 {
             w.submit(k << 20, vec![k as u8 + 1; 1 << 20]);
         }
-        w.wait_for(15 << 20, 512);
+        w.wait_for(15 << 20, 512).unwrap();
         let mut b = [0u8; 512];
         f.read_exact_at(&mut b, 15 << 20).unwrap();
         assert_eq!(b, [16u8; 512]);
@@ -335,9 +337,8 @@ mod tests {
         let f = File::open(&path).unwrap();
         let w = Writer::start(&f).unwrap();
         w.submit(0, vec![1; 4096]);
-        w.drain();
-        assert!(w.take_error().is_some());
-        assert!(w.take_error().is_none(), "reported once");
+        assert!(w.drain().is_err());
+        assert!(w.drain().is_ok(), "reported once");
     }
 
     #[test]
