@@ -108,7 +108,7 @@ class Qsd:
 class Emmc:
     def __init__(self, image, sock, model, timing, trace=None, log=None, extra=()):
         self.label = f"vhost-user-emmc ({model}, timing {timing})"
-        self.cmd = [EMMC, "serve", "--socket", sock, "--image", image, "--model", model,
+        self.cmd = [EMMC, "serve", "--create", "--socket", sock, "--image", image, "--model", model,
                     "--timing", timing, *extra]
         if trace:
             self.cmd += ["--trace", trace]

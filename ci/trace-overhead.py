@@ -40,7 +40,7 @@ class MmcDaemon:
     """`serve --transport mmc --model ideal --timing off` and virtio-mmc-bench."""
 
     def __init__(self, image, sock, extra):
-        self.cmd = [EMMC, "serve", "--transport", "mmc", "--socket", sock, "--image", image,
+        self.cmd = [EMMC, "serve", "--create", "--transport", "mmc", "--socket", sock, "--image", image,
                     "--model", "ideal", "--timing", "off", *extra]
         self.sock = sock
 

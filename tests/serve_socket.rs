@@ -32,7 +32,9 @@ impl Daemon {
         let dirname = dir.path().to_str().unwrap().to_string();
         let extra: Vec<String> = extra.iter().map(|a| a.replace("@DIR@", &dirname)).collect();
         let child = Command::new(env!("CARGO_BIN_EXE_vhost-user-emmc"))
-            .args(["serve", "--timing", "off", "--model", model, "--socket"])
+            .args([
+                "serve", "--create", "--timing", "off", "--model", model, "--socket",
+            ])
             .arg(&socket)
             .arg("--image")
             .arg(&image)
@@ -208,6 +210,14 @@ fn sessions_follow_one_another_a_second_frontend_is_refused_and_data_reaches_the
     let image = d.image.clone();
     let log = d.stop();
     assert!(log.contains("refusing a second frontend"), "{log}");
+    // `--create` made the image and said so.
+    assert!(
+        log.contains(&format!(
+            "created {} for model generic-emmc45",
+            image.display()
+        )),
+        "{log}"
+    );
     // The cache was written back at shutdown: both blocks are in the image.
     let file = std::fs::File::open(&image).unwrap();
     let base = user_area_offset(&image);

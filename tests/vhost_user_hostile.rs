@@ -60,6 +60,7 @@ impl Daemon {
         let child = Command::new(env!("CARGO_BIN_EXE_vhost-user-emmc"))
             .args([
                 "serve",
+                "--create",
                 "--timing",
                 "off",
                 "--transport",

@@ -132,9 +132,13 @@ pub struct ServeArgs {
     /// vhost-user socket to create.
     #[arg(long)]
     pub socket: PathBuf,
-    /// Card image; created for the model when it does not exist.
+    /// Card image (`vhost-user-emmc image create` makes one). A missing image is an
+    /// error unless `--create` is given.
     #[arg(long)]
     pub image: PathBuf,
+    /// Create the image for the model when it does not exist (announced on stderr).
+    #[arg(long)]
+    pub create: bool,
     /// Built-in model name or model file (default: the image's model, or generic-emmc45).
     #[arg(long)]
     pub model: Option<String>,
@@ -376,7 +380,7 @@ pub fn open_cmd_log(
         .transpose()
 }
 
-/// Open (or create) the image and build the card on it.
+/// Open the image (or, with `--create`, create a missing one) and build the card on it.
 pub fn open_card(args: &ServeArgs) -> Result<(Card, DeviceModel), String> {
     let existing = args.image.exists();
     let name = match (&args.model, existing) {
@@ -384,15 +388,31 @@ pub fn open_card(args: &ServeArgs) -> Result<(Card, DeviceModel), String> {
         (None, true) => read_header(&args.image).map_err(|e| e.to_string())?.model,
         (None, false) => emmc_card::model::DEFAULT_MODEL.to_string(),
     };
+    if !existing && !args.create {
+        return Err(format!(
+            "{}: no such image (make one with `vhost-user-emmc image create --model {name} {}`, \
+             or add --create)",
+            args.image.display(),
+            args.image.display()
+        ));
+    }
     let model = DeviceModel::load(&name).map_err(|e| e.to_string())?;
     let layout = Card::layout_for(&model);
     let mut store = if existing {
         ImageStore::open(&args.image, layout, &model.name)
     } else {
-        log::info!("creating {} for model {}", args.image.display(), model.name);
-        ImageStore::create(&args.image, layout, &model.name)
+        let store = ImageStore::create(&args.image, layout, &model.name);
+        if store.is_ok() {
+            eprintln!(
+                "vhost-user-emmc: created {} for model {} ({} bytes, sparse)",
+                args.image.display(),
+                model.name,
+                layout.total_bytes()
+            );
+        }
+        store
     }
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| format!("{}: {e}", args.image.display()))?;
     store.set_sync_programs(args.image_sync == ImageSyncArg::Durable);
     store
         .set_io_threads(args.image_io == ImageIoArg::Threads)

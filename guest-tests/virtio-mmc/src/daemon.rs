@@ -51,7 +51,7 @@ impl Daemon {
         let bin = daemon_binary()?;
         let mut cmd = Command::new(&bin);
         cmd.arg("serve")
-            .args(["--transport", "mmc", "--model", model]);
+            .args(["--create", "--transport", "mmc", "--model", model]);
         if !extra.contains(&"--timing") {
             cmd.args(["--timing", "off"]);
         }

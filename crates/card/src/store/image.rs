@@ -123,6 +123,8 @@ struct Sidecar {
 /// caller can pick the device model before opening the image. Checks the sidecar's
 /// syntax, format and layout; does not look at the image file.
 pub fn read_header(path: &Path) -> Result<ImageHeader, StoreError> {
+    // The image itself first: a mistyped path is a missing image, not a missing sidecar.
+    fs::metadata(path).map_err(|e| io_error(path, e))?;
     let sidecar = read_sidecar(&sidecar_path(path))?;
     Ok(ImageHeader {
         layout: sidecar.image.layout(),
@@ -953,6 +955,18 @@ mod tests {
             msg.contains("boot partition is 128 KiB in the sidecar, 512 KiB"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn a_missing_image_is_named_before_its_sidecar() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("missing.img");
+        let err = read_header(&path).unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Io { source, .. } if source.kind() == ErrorKind::NotFound),
+            "{err:?}"
+        );
+        assert!(err.to_string().starts_with(&display(&path)), "{err}");
     }
 
     #[test]
