@@ -2,6 +2,7 @@
 //! layer (`serve` and `control` to emmc-frontend, `simulate`, `compare`, `fidelity` and `selfcheck` to
 //! emmc-sim, `models`, `inspect` and `image` to emmc-card).
 
+use std::io::{ErrorKind, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -93,30 +94,32 @@ enum ImageCommands {
     },
 }
 
-fn run(cli: Cli) -> Result<(), String> {
+fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Commands::Models {
             explain: Some(model),
             json,
         } => {
-            print!("{}", explain::run(&model, json)?);
+            let text = explain::run(&model, json)?;
+            out(&text)?;
             if json {
-                println!();
+                out("\n")?;
             }
             Ok(())
         }
         Commands::Models { explain: None, .. } => {
+            let mut text = String::new();
             for name in builtin_model_names() {
                 let m = DeviceModel::load(name).map_err(|e| e.to_string())?;
-                println!("{name:<20} {}", m.description);
-                println!("{:<20} host profile: {}", "", m.host.name);
+                text += &format!("{name:<20} {}\n", m.description);
+                text += &format!("{:<20} host profile: {}\n", "", m.host.name);
             }
-            println!("\nhost profiles (device-models/hosts/; `host = \"NAME\"` in a model):");
+            text += "\nhost profiles (device-models/hosts/; `host = \"NAME\"` in a model):\n";
             for name in builtin_host_names() {
                 let h = HostProfile::load(name).map_err(|e| e.to_string())?;
-                println!("{name:<20} {}", h.description);
+                text += &format!("{name:<20} {}\n", h.description);
             }
-            Ok(())
+            out(&text)
         }
         Commands::Inspect { model, image } => {
             let card = match image {
@@ -135,12 +138,12 @@ fn run(cli: Cli) -> Result<(), String> {
                     Card::new(model, Box::new(NullStore::new(layout))).map_err(|e| e.to_string())?
                 }
             };
-            println!("model {}: {}", card.model().name, card.model().description);
-            print!(
-                "{}",
+            out(&format!(
+                "model {}: {}\n{}",
+                card.model().name,
+                card.model().description,
                 inspect::render(&card.cid(), &card.csd(), &card.ext_csd())
-            );
-            Ok(())
+            ))
         }
         Commands::Image {
             command: ImageCommands::Create { model, path },
@@ -148,51 +151,51 @@ fn run(cli: Cli) -> Result<(), String> {
             let model = DeviceModel::load(&model).map_err(|e| e.to_string())?;
             let layout = Card::layout_for(&model);
             ImageStore::create(&path, layout, &model.name).map_err(|e| e.to_string())?;
-            println!(
-                "created {} for model {}: {} bytes (sparse), boot {} KiB ×2, RPMB {} KiB, user {} MiB",
+            out(&format!(
+                "created {} for model {}: {} bytes (sparse), boot {} KiB ×2, RPMB {} KiB, user {} MiB\n",
                 path.display(),
                 model.name,
                 layout.total_bytes(),
                 layout.boot_bytes / 1024,
                 layout.rpmb_bytes / 1024,
                 layout.user_bytes >> 20
-            );
-            Ok(())
+            ))
         }
-        Commands::Serve(args) => emmc_frontend::serve::serve(&args),
-        Commands::Control(args) => emmc_frontend::control::control(&args),
+        Commands::Serve(args) => Ok(emmc_frontend::serve::serve(&args)?),
+        Commands::Control(args) => Ok(emmc_frontend::control::control(&args)?),
         Commands::Simulate(args) => {
             let output = emmc_sim::command::simulate(&args)?;
             if args.json {
-                println!("{}", output.to_json());
+                out(&format!("{}\n", output.to_json()))?;
             } else {
-                print!("{}", output.to_text());
+                out(&output.to_text())?;
             }
             if output.failed() {
-                return Err("simulate: the run found violations or errors (see above)".into());
+                return Err(Failure::Message(
+                    "simulate: the run found violations or errors (see above)".into(),
+                ));
             }
             Ok(())
         }
         Commands::Compare(args) => {
-            let out = emmc_sim::compare::run_command(&args)?;
+            let text = emmc_sim::compare::run_command(&args)?;
             if args.json {
-                println!("{out}");
+                out(&format!("{text}\n"))
             } else {
-                print!("{out}");
+                out(&text)
             }
-            Ok(())
         }
         Commands::Fidelity(args) => {
-            let out = emmc_sim::fidelity::run_command(&args)?;
-            print!("{}", out.text);
-            if !out.text.ends_with('\n') {
-                println!();
+            let report = emmc_sim::fidelity::run_command(&args)?;
+            out(&report.text)?;
+            if !report.text.ends_with('\n') {
+                out("\n")?;
             }
-            if out.failed > 0 {
-                return Err(format!(
+            if report.failed > 0 {
+                return Err(Failure::Message(format!(
                     "fidelity: {} rows outside their tolerance and documented gap",
-                    out.failed
-                ));
+                    report.failed
+                )));
             }
             Ok(())
         }
@@ -200,11 +203,11 @@ fn run(cli: Cli) -> Result<(), String> {
             let model = DeviceModel::load(&model).map_err(|e| e.to_string())?;
             let report = selfcheck::run(&model)?;
             if report.failures > 0 {
-                Err(format!(
+                Err(Failure::Message(format!(
                     "self-check failed: {} of {} checks",
                     report.failures,
                     report.lines.len()
-                ))
+                )))
             } else {
                 Ok(())
             }
@@ -212,11 +215,40 @@ fn run(cli: Cli) -> Result<(), String> {
     }
 }
 
+/// Why a subcommand stopped without success.
+enum Failure {
+    /// stdout was closed by its reader (a broken pipe): end quietly.
+    OutputClosed,
+    Message(String),
+}
+
+impl From<String> for Failure {
+    fn from(e: String) -> Failure {
+        Failure::Message(e)
+    }
+}
+
+/// Print `text` on stdout. A reader that has gone away ends the command quietly instead
+/// of the panic `print!` would give.
+fn out(text: &str) -> Result<(), Failure> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::BrokenPipe => Err(Failure::OutputClosed),
+        Err(e) => Err(Failure::Message(format!("writing to stdout: {e}"))),
+    }
+}
+
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
+        // The reader of our output went away (`| head`): nothing left to say to anyone.
+        Err(Failure::OutputClosed) => ExitCode::SUCCESS,
+        Err(Failure::Message(e)) => {
             eprintln!("vhost-user-emmc: {e}");
             ExitCode::FAILURE
         }

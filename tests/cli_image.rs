@@ -218,3 +218,127 @@ fn models_explain_gives_every_knob_its_provenance_and_inverts_the_fitted_ones() 
     let out = exe().args(["models", "--json"]).output().unwrap();
     assert!(!out.status.success(), "--json needs --explain");
 }
+
+#[test]
+fn serve_refuses_a_missing_image_naming_it_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("nope.img");
+    let socket = dir.path().join("s.sock");
+    for transport in ["blk", "sdhci", "mmc"] {
+        let out = exe()
+            .args(["serve", "--transport", transport, "--socket"])
+            .arg(&socket)
+            .arg("--image")
+            .arg(&image)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{transport}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("{}: no such image", image.display()))
+                && err.contains("--create")
+                && err.contains("image create"),
+            "{transport}: {err}"
+        );
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert!(left.is_empty(), "{transport}: {left:?}");
+    }
+}
+
+#[test]
+fn inspect_of_a_missing_image_names_the_image_not_its_sidecar() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("missing.img");
+    let out = exe()
+        .arg("inspect")
+        .arg("--image")
+        .arg(&image)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("{}: No such file", image.display())),
+        "{err}"
+    );
+    assert!(!err.contains("sidecar"), "{err}");
+}
+
+/// Run the binary with its stdout on a pipe whose reader has already gone, so every
+/// write fails with EPIPE (as under `| head` once head has exited).
+fn run_into_a_closed_pipe(args: &[&str]) -> std::process::Output {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    exe()
+        .args(args)
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn printing_subcommands_end_quietly_when_their_reader_goes_away() {
+    for args in [
+        &["inspect"][..],
+        &["models"],
+        &["models", "--explain", "toshiba-mmc32g"],
+        &["simulate", "--workload", "seq-read", "--count", "16"],
+        &[
+            "simulate",
+            "--workload",
+            "seq-read",
+            "--count",
+            "16",
+            "--json",
+        ],
+        &["selfcheck", "--model", "generic-emmc45"],
+    ] {
+        let out = run_into_a_closed_pipe(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(out.status.success(), "{args:?}: {:?} {err}", out.status);
+    }
+    // A failing command still fails: the broken pipe does not hide its status.
+    let out = run_into_a_closed_pipe(&["inspect", "--model", "no-such-model"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no-such-model"));
+}
+
+#[test]
+fn the_readme_model_table_lists_every_built_in_model() {
+    let out = exe().arg("models").output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let models: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.starts_with("host profiles"))
+        .filter(|l| !l.is_empty() && !l.starts_with(' '))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert!(models.len() >= 7, "{models:?}");
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    // The table's first column: every `name` in a row under the "| model |" header.
+    let table: Vec<&str> = readme
+        .lines()
+        .skip_while(|l| !l.starts_with("| model |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .filter_map(|l| l.split('|').nth(1))
+        .collect();
+    assert!(!table.is_empty(), "README has no model table");
+    for m in &models {
+        let cell = format!("`{m}`");
+        assert!(
+            table.iter().any(|c| c.contains(&cell)),
+            "README's model table lacks {m}"
+        );
+    }
+    // and names no model that does not exist
+    for c in &table {
+        for name in c.split('`').skip(1).step_by(2) {
+            assert!(models.contains(&name), "README lists unknown model {name}");
+        }
+    }
+}

@@ -397,10 +397,14 @@ pub fn control(args: &ControlArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let value: Value = serde_json::from_str(&answer)
         .map_err(|e| format!("the daemon answered {answer:?}: {e}"))?;
-    println!(
-        "{}",
-        serde_json::to_string_pretty(&value).unwrap_or(answer.clone())
-    );
+    let text = serde_json::to_string_pretty(&value).unwrap_or(answer.clone());
+    // A reader that went away (`| head`) is not an error of the request.
+    match writeln!(std::io::stdout().lock(), "{text}") {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            return Err(format!("writing to stdout: {e}"))
+        }
+        _ => {}
+    }
     if value["ok"] == Value::Bool(true) {
         Ok(())
     } else {

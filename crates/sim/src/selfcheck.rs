@@ -37,8 +37,20 @@ impl Checker {
                 format!("FAIL  {name}: {e}")
             }
         };
-        println!("{line}");
+        say(&line);
         self.report.lines.push(line);
+    }
+}
+
+/// Print one line of progress. The report keeps every line, so a reader that went away
+/// (`selfcheck | head`) loses only its own copy: the checks run on and decide the exit
+/// status, where `println!` would panic.
+fn say(line: &str) {
+    use std::io::Write;
+    if let Err(e) = writeln!(std::io::stdout().lock(), "{line}") {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            log::warn!("self-check: writing to stdout: {e}");
+        }
     }
 }
 
@@ -81,11 +93,11 @@ pub fn run(model: &DeviceModel) -> Result<Report, String> {
             failures: 0,
         },
     };
-    println!(
+    say(&format!(
         "self-check of model {} on a sparse scratch image {}",
         model.name,
         image.display()
-    );
+    ));
 
     let mut host = MmcHost::new(open_card(model, &image, true)?);
     let caps = HostCaps::default();
@@ -134,11 +146,11 @@ pub fn run(model: &DeviceModel) -> Result<Report, String> {
         "image reopens with data and persistent state",
         reopen_check(model, &image, &caps),
     );
-    println!(
+    say(&format!(
         "{} checks, {} failed",
         c.report.lines.len(),
         c.report.failures
-    );
+    ));
     Ok(c.report)
 }
 
