@@ -88,6 +88,29 @@ fn bad_arguments_are_refused_with_a_reason() {
             vec!["--workload", "seq-read", "--model", "no-such-model"],
             "no-such-model",
         ),
+        // Values that cannot describe a run are refused, naming the option.
+        (vec!["--workload", "seq-read", "--count", "0"], "--count"),
+        (vec!["--workload", "rand-write", "--qd", "0"], "--qd"),
+        (vec!["--workload", "align-read", "--tries", "0"], "--tries"),
+        (vec!["--workload", "open-au", "--open-au", "0"], "--open-au"),
+        (
+            vec!["--workload", "open-au", "--erasesize", "0"],
+            "--erasesize",
+        ),
+        (vec!["--workload", "seq-read", "--span", "0"], "--span"),
+        (
+            vec!["--workload", "lmdd-write", "--write-depth", "0"],
+            "--write-depth",
+        ),
+        (vec!["--workload", "power-cut", "--cuts", "0"], "--cuts"),
+        (
+            vec!["--workload", "power-cut", "--hpi-percent", "101"],
+            "--hpi-percent",
+        ),
+        (
+            vec!["--workload", "parallel-rw", "--duration", "0"],
+            "--duration",
+        ),
     ] {
         let out = simulate(&args);
         assert!(!out.status.success(), "{args:?}");

@@ -89,16 +89,16 @@ pub struct SimulateArgs {
     #[arg(long, default_value = "4k", value_parser = parse_size)]
     pub bs: u64,
     /// Requests kept in flight.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = at_least_one::<usize>)]
     pub qd: usize,
     /// Number of requests.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10_000, value_parser = at_least_one::<u64>)]
     pub count: u64,
     /// Start of the region the workload covers (bytes).
     #[arg(long, default_value = "0", value_parser = parse_size)]
     pub offset: u64,
     /// Size of the region (bytes; default: to the end of the user area).
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = parse_nonzero_size)]
     pub span: Option<u64>,
     /// Trace file for `--workload trace`.
     #[arg(long)]
@@ -108,26 +108,26 @@ pub struct SimulateArgs {
     #[arg(long, default_value = "0", value_parser = parse_size)]
     pub precondition: u64,
     /// flashbench: tries per position (the fastest counts).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = at_least_one::<u32>)]
     pub tries: u32,
     /// flashbench: number of erase blocks written interleaved (`open-au`).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = at_least_one::<u32>)]
     pub open_au: u32,
     /// flashbench: random order inside each erase block.
     #[arg(long)]
     pub random: bool,
     /// flashbench: erase block (allocation unit) size.
-    #[arg(long, default_value = "4M", value_parser = parse_size)]
+    #[arg(long, default_value = "4M", value_parser = parse_nonzero_size)]
     pub erasesize: u64,
     /// flashbench: smallest request size of `open-au` / `size-sweep` (default `--bs`).
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = parse_nonzero_size)]
     pub smallest: Option<u64>,
     /// flashbench: run the test once before the measured run (the thread's runs followed
     /// one another on a card in use).
     #[arg(long)]
     pub warm: bool,
     /// Host-side split of writes at this page size (seed 003's `page_size` mitigation).
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = parse_nonzero_size)]
     pub split: Option<u64>,
     /// Driver workloads: packing policy.
     #[arg(long, value_enum, default_value_t = PackingArg::Off)]
@@ -162,13 +162,13 @@ pub struct SimulateArgs {
     #[arg(long, value_parser = parse_size)]
     pub write_bs: Option<u64>,
     /// parallel-rw / lmdd-write: writeback requests kept queued (`nr_requests`).
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = at_least_one::<usize>)]
     pub write_depth: usize,
     /// parallel-rw / lmdd-write: writeback requests submitted per plug.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = at_least_one::<usize>)]
     pub write_batch: usize,
     /// iozone-write: record size.
-    #[arg(long, default_value = "8192k", value_parser = parse_size)]
+    #[arg(long, default_value = "8192k", value_parser = parse_nonzero_size)]
     pub record: u64,
     /// parallel-rw: card time to run, in seconds.
     #[arg(long, default_value_t = 10.0)]
@@ -186,7 +186,7 @@ pub struct SimulateArgs {
     #[arg(long, default_value_t = 10_000)]
     pub read_think_us: u64,
     /// power-cut: number of power cuts.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = at_least_one::<u64>)]
     pub cuts: u64,
     /// power-cut: where the card's data lives.
     #[arg(long, value_enum, default_value_t = CutStore::Image)]
@@ -209,7 +209,7 @@ pub struct SimulateArgs {
     pub lose_unsynced: bool,
     /// power-cut: percent of single writes interrupted by HPI while programming (the
     /// sectors CORRECTLY_PRG_SECTORS_NUM reports must be written, the rest untouched).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=100))]
     pub hpi_percent: u64,
     /// Print one JSON object instead of text.
     #[arg(long)]
@@ -224,6 +224,30 @@ pub struct SimulateArgs {
     /// start (after bring-up and preconditioning) for the direct ones.
     #[arg(long)]
     pub cmd_log: Option<std::path::PathBuf>,
+}
+
+/// A count that cannot be zero (`--count`, `--qd`, `--tries`, ...): a run of zero
+/// requests, or zero in flight, describes nothing.
+pub fn at_least_one<T>(s: &str) -> Result<T, String>
+where
+    T: std::str::FromStr + From<u8> + PartialOrd,
+{
+    let v: T = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a whole number"))?;
+    if v < T::from(1) {
+        return Err("must be at least 1".into());
+    }
+    Ok(v)
+}
+
+/// A size that cannot be zero (`--erasesize`, `--span`, `--record`, ...).
+pub fn parse_nonzero_size(s: &str) -> Result<u64, String> {
+    match parse_size(s)? {
+        0 => Err("must be more than 0 bytes".into()),
+        n => Ok(n),
+    }
 }
 
 /// Parse `wr-threshold=A..B`.
@@ -365,7 +389,7 @@ pub fn driver_run(
         },
         WorkloadKind::ParallelRw => {
             if !(args.duration > 0.0 && args.duration <= 36_000.0) {
-                return Err("--duration must be in 0..=36000 seconds".into());
+                return Err("--duration must be more than 0 and at most 36000 seconds".into());
             }
             if args.read_depth == 0 || args.read_depth > 64 {
                 return Err("--read-depth must be 1..=64".into());
