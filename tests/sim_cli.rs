@@ -188,6 +188,26 @@ fn the_ideal_model_has_no_flash_counters_and_rand_write_reports_them_on_flash_mo
         "--json",
     ]));
     assert!(flash["flash"]["host_sectors"].as_u64().unwrap() >= 1600);
+    // The text names what made the amplification: on Toshiba's buffer-A card, 4 KiB
+    // random writes go to the small-write log and are merged later, with no AU
+    // collection, so "0 GC" alone would not explain a figure far above 1.
+    let out = simulate(&[
+        "--model",
+        "toshiba-mmc32g",
+        "--workload",
+        "rand-write",
+        "--count",
+        "2000",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find(|l| l.starts_with("flash:")).unwrap();
+    assert!(
+        line.contains("NAND bytes programmed per host byte")
+            && line.contains("2000 small writes into the log (buffer A)")
+            && line.contains("log merges into an AU")
+            && line.contains("0 AU collections (GC)"),
+        "{line}"
+    );
 }
 
 #[test]

@@ -89,14 +89,33 @@ pub struct Report {
     pub flash: Option<FlashStats>,
 }
 
-/// One line of FTL counters for text reports.
+/// One line of FTL counters for text reports. Write amplification is NAND bytes
+/// programmed per host byte; the line names the FTL operations that programmed them, so
+/// a figure far above 1 can be traced to its cause (on a buffer-A card, small writes go
+/// to a log a page and an index page at a time and are merged into their AU later,
+/// without any AU collection).
 pub fn flash_line(f: &FlashStats) -> String {
+    let c = &f.ftl;
+    let causes: Vec<String> = [
+        (c.buffer_b_writes, "write units written into their AU"),
+        (c.read_modify_writes, "of them read-modify-written"),
+        (c.buffer_a_writes, "small writes into the log (buffer A)"),
+        (c.log_merges, "log merges into an AU"),
+        (c.slc_writes, "SLC-cache writes"),
+        (c.temp_page_programs, "temporary-page programs"),
+        (c.gc_copied_units, "write units copied by AU collections"),
+    ]
+    .iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, what)| format!("{n} {what}"))
+    .collect();
     format!(
-        "flash: write amplification {:.2}, {} GC runs ({} write units copied), {} AU evictions, {} open AUs, P/E max {} mean {:.2}, {:.1} ms background debt\n",
+        "flash: write amplification {:.2} (NAND bytes programmed per host byte{}{}); {} AU collections (GC), {} AU evictions, {} AUs open at the end, P/E max {} mean {:.2}, {:.1} ms background debt\n",
         f.write_amplification,
-        f.ftl.gc_runs,
-        f.ftl.gc_copied_units,
-        f.ftl.au_evictions,
+        if causes.is_empty() { "" } else { ", from " },
+        causes.join(", "),
+        c.gc_runs,
+        c.au_evictions,
         f.open_aus,
         f.pe_max,
         f.pe_mean,
