@@ -53,8 +53,12 @@ done
 have_libfuzzer() {
     rustup run nightly rustc --version >/dev/null 2>&1 || return 1
     if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
-        echo "== cargo-fuzz missing: cargo install cargo-fuzz" >&2
-        cargo install --quiet cargo-fuzz >/dev/null 2>&1 || return 1
+        echo "== a nightly toolchain is here but cargo-fuzz is not: installing it from crates.io" >&2
+        echo "   (cargo install cargo-fuzz, into ~/.cargo/bin; a minute or two, once)" >&2
+        if ! cargo install --quiet cargo-fuzz >/dev/null 2>&1; then
+            echo "== cargo install cargo-fuzz failed: falling back to the stable corpus runner" >&2
+            return 1
+        fi
     fi
     cargo +nightly fuzz --version >/dev/null 2>&1
 }

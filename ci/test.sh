@@ -5,7 +5,9 @@
 #
 #   ci/test.sh              everything (the guest tests need root the first time: they
 #                           apt-get install QEMU 10, a Debian kernel, busybox-static, fio,
-#                           mmc-utils, and build QEMU 11.1's trixie root)
+#                           mmc-utils, and build QEMU 11.1's trixie root; the fuzz smoke
+#                           run installs cargo-fuzz with `cargo install` when a nightly
+#                           toolchain is present and cargo-fuzz is not, and says so)
 #   ci/test.sh --no-guest   everything but the guest tests
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,7 +36,8 @@ cargo test --workspace --all-targets
 echo "== mechanism ablation: each mechanism off, its named test must fail (about 3 min)"
 python3 ci/mechanism-ablation.py
 
-echo "== fuzz smoke run: 8 s per target (libFuzzer on nightly, else the stable runner)"
+echo "== fuzz smoke run: 8 s per target (libFuzzer with a nightly toolchain and cargo-fuzz,"
+echo "   which is installed from crates.io if missing; else the stable corpus runner)"
 ci/fuzz.sh --seconds 8
 
 echo "== selfcheck (release build, default model)"
