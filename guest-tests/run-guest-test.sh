@@ -7,6 +7,8 @@
 # backend (vhost-user-emmc by default) and runs fio with a latency floor from the
 # model; --disk qemu-sdhci is QEMU's own SDHCI controller and eMMC (the baseline);
 # --disk virtio-mmc the daemon's virtio-mmc transport on a generic vhost-user device.
+# --socket PATH boots the same guest against a daemon the user started (no build, no
+# image, no daemon of its own) and checks that the disk works.
 #
 # Run as root on Debian bookworm; installs what it needs (QEMU 10 from
 # bookworm-backports, one pinned Debian kernel package, busybox-static, fio,
@@ -48,6 +50,23 @@ controller the daemon serves over vfio-user, which the guest's own MMC stack
 drives (--disk sdhci) —, runs the job set in the guest, prints a summary and exits
 non-zero on any fio or verification error, failed check, guest I/O error, timeout,
 backend death, or a completion latency below the expected minimum.
+
+Check a daemon you started yourself (nothing is built, no image is created, the
+daemon is left running):
+  --socket PATH               boot the guest against the socket of your own
+                              `vhost-user-emmc serve` and check the disk: it
+                              appears, and 1 MiB at 64 MiB is read and saved,
+                              written with checksummed blocks and read back
+                              (fio), then written back as it was and compared
+                              (--fio-var GT_ATTACH_WRITE=0: read only;
+                              GT_ATTACH_OFFSET, GT_ATTACH_SIZE: the region, in
+                              bytes) [GUEST_SOCKET]
+  --transport sdhci|blk       what the socket is, as you passed it to serve:
+                              sdhci for `serve --transport sdhci` (vfio-user,
+                              QEMU 11.1, the guest's MMC stack on /dev/mmcblk0),
+                              blk for `serve` without --transport (vhost-user-blk,
+                              /dev/vda). The same as --disk sdhci or --disk
+                              vhost-user-blk; one of them is needed with --socket
 
 Options (environment variable in brackets):
   --disk vhost-user-blk|sdhci|qemu-sdhci|virtio-mmc
@@ -92,7 +111,8 @@ Options (environment variable in brackets):
                               card (the default of --disk sdhci), card-stall
                               (write stalls through mmc_block, for
                               toshiba-mmc32g) and sdhci-perf (random and
-                              sequential figures) with --disk sdhci
+                              sequential figures) with --disk sdhci; attach
+                              (the only set of --socket)
                               (default: quick, or the disk's own set) [GUEST_JOBS]
   --expect-min-write-lat-us N fail if any fio write completes faster than N us
                               (derive N from the model; 0 = no check)
@@ -114,7 +134,8 @@ Options (environment variable in brackets):
                               writes delay its completions [GUEST_IMAGE_DIR]
   --bin PATH                  vhost-user-emmc binary (default: the repo's
                               target/release build) [VHOST_USER_EMMC]
-  --no-build                  do not run cargo build --release first
+  --no-build                  do not run cargo build --release first (cargo
+                              prints its progress; the first build takes minutes)
   --kernel 6.1|6.12|PACKAGE   guest kernel: 6.1 (default), bookworm's
                               linux-image-6.1.0-50-amd64; 6.12, trixie's
                               linux-image-6.12.117+deb13-amd64 (fetched with the
@@ -140,6 +161,7 @@ Options (environment variable in brackets):
                               daemon's trace (serve.trace, emmc backend) and
                               the console log into DIR, pass or fail
   --keep                      keep the run directory (logs, image) on success
+                              (--jobs faults keeps its logs, not the image, always)
   --quiet                     do not stream the guest console
   -h, --help                  this text
 
@@ -156,6 +178,7 @@ die() {
 
 # ---------------------------------------------------------------- options
 DISK=${GUEST_DISK:-}
+USER_SOCKET=${GUEST_SOCKET:-}
 VIRTIO_ID=${GUEST_VIRTIO_ID:-$VIRTIO_MMC_ID_DEFAULT}
 PCI_IDENTITY=${GUEST_PCI_IDENTITY:-}
 BACKEND=${GUEST_BACKEND:-emmc}
@@ -188,6 +211,16 @@ need_arg() { [[ $# -ge 2 && -n $2 ]] || die "$1 needs a value"; }
 while [[ $# -gt 0 ]]; do
     case $1 in
     --disk) need_arg "$@"; DISK=$2; shift 2 ;;
+    --socket) need_arg "$@"; USER_SOCKET=$2; shift 2 ;;
+    --transport)
+        need_arg "$@"
+        case $2 in
+        sdhci) DISK=sdhci ;;
+        blk | vhost-user-blk) DISK=vhost-user-blk ;;
+        *) die "--transport must be sdhci or blk (serve's --transport of the socket), not '$2'" ;;
+        esac
+        shift 2
+        ;;
     --virtio-id) need_arg "$@"; VIRTIO_ID=$2; shift 2 ;;
     --pci-identity) need_arg "$@"; PCI_IDENTITY=$2; shift 2 ;;
     --backend) need_arg "$@"; BACKEND=$2; shift 2 ;;
@@ -231,6 +264,31 @@ esac
 [[ $KERNEL_PKG =~ ^linux-image-[0-9][A-Za-z0-9.+~-]*-amd64$ ]] || die "not a kernel package name: $KERNEL_PKG"
 KERNEL_SUITE=bookworm
 [[ $KERNEL_PKG != *+deb13-* ]] || KERNEL_SUITE=trixie
+
+# --socket: a daemon the user started. The socket's transport must be said; the job set
+# is attach; nothing is built or created, and the daemon is neither started nor stopped.
+if [[ -n $USER_SOCKET ]]; then
+    case $DISK in
+    sdhci | vhost-user-blk) ;;
+    "") die "--socket needs the socket's transport: --transport sdhci (serve --transport sdhci) or --transport blk (serve without --transport)" ;;
+    *) die "--socket checks the socket of serve --transport sdhci or blk, not --disk $DISK" ;;
+    esac
+    [[ -z $JOBSET || $JOBSET == attach ]] || die "--socket runs the attach check only, not --jobs $JOBSET"
+    [[ -z $BACKEND_CMD && -z $IMAGE_CMD && -z $SERVE_ARGS && -z $IMAGE_DIR ]] ||
+        die "--socket boots on your daemon: --backend-cmd, --image-cmd, --serve-args and --image-dir do not apply"
+    if ! [[ -S $USER_SOCKET ]]; then
+        [[ -e $USER_SOCKET ]] && die "$USER_SOCKET is not a socket"
+        die "no socket at $USER_SOCKET: start the daemon first (vhost-user-emmc serve$([[ $DISK == sdhci ]] && echo ' --transport sdhci') --socket $USER_SOCKET --image IMAGE)"
+    fi
+    # By its real directory: QEMU 11.1 runs in a root where that directory is bound.
+    sock_dir=$(cd "$(dirname "$USER_SOCKET")" && pwd -P) || die "cannot resolve the directory of $USER_SOCKET"
+    [[ $sock_dir != / ]] || die "put the socket in a directory, not in / (QEMU 11.1's root binds that directory)"
+    USER_SOCKET=$sock_dir/$(basename "$USER_SOCKET")
+    ((${#USER_SOCKET} < 108)) || die "socket path too long for a unix socket: $USER_SOCKET"
+    JOBSET=attach
+    BACKEND=user
+    BUILD=0
+fi
 
 # Without --disk: sdhci, unless the other options are the vhost-user-blk path's (another
 # backend, or one of its job sets).
@@ -348,10 +406,18 @@ sdhci-perf)
     : "${TIMEOUT:=240}"
     [[ $DISK == sdhci ]] || die "--jobs sdhci-perf needs --disk sdhci"
     ;;
-*) die "--jobs must be quick, full, faults, fidelity, seed000, sdhci, virtio-mmc, card, card-stall or sdhci-perf, not '$JOBSET'" ;;
+attach)
+    # --socket: the disk appears; a region read, written and verified, then restored.
+    GT=([GT_JOBS]="attach-check" [GT_ATTACH_OFFSET]=$((64 * 1024 * 1024))
+        [GT_ATTACH_SIZE]=$((1024 * 1024)) [GT_ATTACH_WRITE]=1)
+    [[ $DISK != sdhci ]] || GT[GT_DEV]=/dev/mmcblk0
+    : "${TIMEOUT:=180}"
+    [[ -n $USER_SOCKET ]] || die "--jobs attach goes with --socket PATH"
+    ;;
+*) die "--jobs must be quick, full, faults, fidelity, seed000, sdhci, virtio-mmc, card, card-stall, sdhci-perf or attach, not '$JOBSET'" ;;
 esac
 case $JOBSET in
-sdhci | virtio-mmc | card | card-stall | sdhci-perf) ;;
+sdhci | virtio-mmc | card | card-stall | sdhci-perf | attach) ;;
 *) [[ $DISK == vhost-user-blk ]] || die "--disk $DISK runs --jobs ${DISK#qemu-} only" ;;
 esac
 for kv in "${FIO_VARS[@]}"; do
@@ -377,7 +443,7 @@ for job in "${JOB_FILES[@]}"; do
     fi
 done
 
-case $DISK in
+[[ $BACKEND == user ]] || case $DISK in
 qemu-sdhci)
     # No backend process: QEMU serves the raw image itself.
     BACKEND=none
@@ -396,7 +462,7 @@ sdhci)
     ;;
 esac
 case $BACKEND in
-none) ;;
+none | user) ;;
 emmc)
     # The faults set keeps the daemon's command log too: what the card saw around the
     # power cut, in the run directory a failure leaves behind.
@@ -412,8 +478,13 @@ qsd)
 *) die "--backend must be emmc or qsd, not '$BACKEND'" ;;
 esac
 
+# Time: each long step says how long it took, and "[elapsed N s]" is the time since the
+# script started.
 T0=$SECONDS
-elapsed() { echo "$((SECONDS - T0)) s"; }
+elapsed() { echo "[elapsed $((SECONDS - T0)) s]"; }
+STEP_T0=$SECONDS
+step_start() { STEP_T0=$SECONDS; }
+step_took() { echo "$((SECONDS - STEP_T0)) s"; }
 
 # ---------------------------------------------------------------- packages
 APT_UPDATED=0
@@ -490,10 +561,12 @@ fetch_kernel() {
     KVER=${KERNEL_PKG#linux-image-}
     KROOT=$kdir/root
     VMLINUZ=$KROOT/boot/vmlinuz-$KVER
+    KERNEL_FROM_CACHE=1
     if [[ -f $kdir/.ready && -f $VMLINUZ ]]; then
         return 0
     fi
-    log "fetching $KERNEL_PKG ($KERNEL_SUITE)"
+    KERNEL_FROM_CACHE=0
+    log "fetching the guest kernel $KERNEL_PKG ($KERNEL_SUITE) $(elapsed)"
     [[ $INSTALL == 1 ]] || die "kernel $KERNEL_PKG not in $kdir and --no-install given"
     if [[ $KERNEL_SUITE == trixie ]]; then
         fetch_trixie_kernel "$kdir"
@@ -602,10 +675,12 @@ build_initramfs() {
         sha256sum "$fio" "$mmc" "$busybox"
     } | sha256sum | cut -c1-16)
     INITRD=$CACHE/initramfs/initramfs-$KVER-$key.cpio
+    INITRD_FROM_CACHE=1
     if [[ -f $INITRD ]]; then
         return 0
     fi
-    log "building the initramfs"
+    INITRD_FROM_CACHE=0
+    log "building the initramfs $(elapsed)"
     mkdir -p "$CACHE/initramfs"
     # One cached initramfs per kernel; older builds for this kernel (and those of
     # the format before the kernel was in the name) go.
@@ -697,7 +772,11 @@ cleanup() {
             [[ -z $IMAGE_TMPDIR ]] || warn "image kept: $IMAGE"
         else
             remove_image
-            if [[ $rc == 0 ]]; then
+            if [[ $rc == 0 && $JOBSET == faults ]]; then
+                # The fault summary named these logs; the command log and the request
+                # trace are large and only wanted after a failure.
+                rm -f "${CMDLOG:-}" "${TRACE:-}"
+            elif [[ $rc == 0 ]]; then
                 rm -rf "$WORK"
             else
                 warn "logs kept in $WORK (console.log, data.log, backend.log)"
@@ -759,7 +838,10 @@ direction = \"read\"
 lba = { start = $start, end = $end }
 effect = { kind = \"data_crc\" }" || return 1
     sleep 3
-    control faults || return 1
+    # The rules, how often each fired and the last injections: hundreds of lines, kept
+    # in faults.json for fault_summary.
+    echo "rules and injections so far: faults.json"
+    control faults >"$WORK/faults.json" || return 1
     control clear-faults || return 1
     echo "power cut"
     control power-cut || return 1
@@ -801,17 +883,91 @@ stats_driver() {
     sleep "${GT[GT_S0_RUNTIME]}"
     control stats >"$WORK/stats-end.json" || return 1
 }
-# After the run: the daemon counted the injections and reset the card after the cut.
-check_fault_stats() {
-    python3 - "$WORK/stats.json" <<'PY'
-import json, sys
-s = json.load(open(sys.argv[1]))
-injected = s["faults"]["injections_total"]
-resets = s["transport"]["driver"]["resets"]
-retries = s["transport"]["driver"]["retries"]
-print(f"control: daemon stats: {injected} injected data CRC errors, {retries} retries, "
-      f"{resets} card resets after the power cut")
-sys.exit(0 if injected > 0 and resets >= 1 else 1)
+# After the run (--jobs faults): what was injected, what the daemon's driver did, what
+# the guest saw, from faults.json and stats.json (the control socket), the daemon's log,
+# fio's results (parse-fio.py's summary JSON) and the guest's kernel log. Prints a few
+# lines; fails unless faults were injected, the daemon reset the card after the power
+# cut, and the guest saw I/O errors. (parse-fio.py checks that they are EIO only and
+# that faults-verify read every durable block back intact.)
+fault_summary() {
+    python3 - "$WORK" "$1" "$DATA" "$BACKEND_LOG" "$(($(size_bytes "${GT[GT_FAULT_SIZE]}") / 65536))" <<'PY'
+import json, os, re, sys
+work, summary_path, data_path, backend_path = sys.argv[1:5]
+blocks = int(sys.argv[5])  # faults-prep's 64 KiB blocks, which faults-verify reads back
+problems = []
+
+def n(count, word):
+    """'1 time', '2 times', '? times'."""
+    if count is None:
+        return f"? {word}s"
+    return f"{count} {word}" + ("" if count == 1 else "s")
+
+def load(name):
+    try:
+        with open(os.path.join(work, name), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+faults, stats, summary = load("faults.json"), load("stats.json"), None
+try:
+    with open(summary_path, encoding="utf-8") as f:
+        summary = json.load(f)
+except (OSError, ValueError):
+    pass
+
+# Injected: the rule's fire count while it was active (the daemon's injection history
+# keeps only its latest 4096, so injections_total stops there).
+if faults is not None:
+    injected = sum(int(r.get("fired", 0)) for r in faults.get("rules", []))
+elif stats is not None:
+    injected = int(stats["faults"]["injections_total"])
+else:
+    injected = None
+if stats is not None:
+    driver = stats.get("transport", {}).get("driver", {})
+    retries, resets = driver.get("retries"), driver.get("resets")
+else:
+    retries = resets = None
+if not injected:
+    problems.append("no faults were injected")
+if resets is None or resets < 1:
+    problems.append("the daemon did not reset the card after the power cut")
+print(f"injected:     {n(injected, 'read data CRC error')} (faults-io's durable region, "
+      "for 3 s), then 1 power cut")
+print(f"daemon:       its MMC driver retried {n(retries, 'time')}, re-initialised the card "
+      f"{n(resets, 'time')} after the cut")
+
+# What reached the guest: the requests the daemon failed (one warning each), fio's errors.
+with open(backend_path, encoding="utf-8", errors="replace") as f:
+    failed_requests = sum(1 for line in f if "data CRC error" in line)
+rows = (summary or {}).get("jobs", [])
+io_errors = sum(int(r.get("error", 0)) for r in rows if r.get("file") == "faults-io")
+verify = [r for r in rows if r.get("file") == "faults-verify" and r.get("dir") == "read"]
+with open(data_path, encoding="utf-8", errors="replace") as f:
+    text = f.read()
+dmesg = text.split("@@GT-DMESG-BEGIN@@", 1)[-1].split("@@GT-DMESG-END@@", 1)[0] \
+    if "@@GT-DMESG-BEGIN@@" in text else ""
+kernel_io = sum(1 for line in dmesg.splitlines() if re.search(r"I/O error", line))
+if io_errors == 0:
+    problems.append("the guest saw no I/O errors")
+print(f"guest saw:    {n(io_errors, 'failed read')} (fio's EIO in faults-io; the daemon "
+      f"failed {n(failed_requests, 'request')} with a data CRC error; the kernel logged "
+      f"{n(kernel_io, 'I/O error line')}, rate-limited)")
+# parse-fio.py decides (verify_fatal: the first bad or unreadable block stops fio); this
+# line only reports it.
+verify_failed = any(f.startswith("faults-verify.fio:") for f in (summary or {}).get("failures", []))
+if verify:
+    v = verify[0]
+    ok = not verify_failed and not v.get("error") and v.get("ios") == blocks
+    state = "intact" if ok else "NOT all read back intact (parse-fio.py's FAILED lines above)"
+    print(f"durable data: faults-verify read {v.get('ios')} of {blocks} blocks back after "
+          f"the cut: {state}")
+else:
+    print("durable data: faults-verify has no results")
+for p in problems:
+    print(f"problem:      {p}")
+sys.exit(1 if problems else 0)
 PY
 }
 
@@ -825,12 +981,16 @@ if [[ $QEMU11 == 1 ]]; then
     # run directories: sockets, images, logs) and the image directory bound at
     # their own paths.
     if [[ $INSTALL == 1 ]]; then
+        step_start
         GUEST_CACHE=$CACHE "$HERE/qemu11.sh" install || die "building the QEMU 11.1 root failed"
+        ((SECONDS - STEP_T0 < 5)) || log "QEMU 11.1 root built in $(step_took) $(elapsed)"
     fi
     GUEST_CACHE=$CACHE "$HERE/qemu11.sh" check ||
         die "no QEMU 11.1 root under $CACHE/qemu11 (run guest-tests/qemu11.sh install, or drop --no-install)"
     QEMU_CMD=(env GUEST_CACHE="$CACHE" "$HERE/qemu11.sh" run --bind "$CACHE")
     [[ -z $IMAGE_DIR ]] || QEMU_CMD+=(--bind "$IMAGE_DIR")
+    # --socket: the directory of the user's socket.
+    [[ -z $USER_SOCKET ]] || QEMU_CMD+=(--bind "$(dirname "$USER_SOCKET")")
     QEMU_CMD+=(--)
 else
     : "${QEMU:=qemu-system-x86_64}"
@@ -838,13 +998,16 @@ else
     QEMU_CMD=("$QEMU")
 fi
 command -v python3 >/dev/null || die "python3 not found"
-log "QEMU: $("${QEMU_CMD[@]}" --version | head -n 1)"
+log "QEMU: $("${QEMU_CMD[@]}" --version | head -n 1) $(elapsed)"
 
 if [[ $BACKEND == emmc && ( $BACKEND_CMD == *@BIN@* || $IMAGE_CMD == *@BIN@* ) ]]; then
     if [[ $BUILD == 1 ]]; then
         command -v cargo >/dev/null || die "cargo not found (or pass --no-build --bin PATH)"
-        log "cargo build --release"
-        cargo build --release --quiet --manifest-path "$REPO/Cargo.toml" || die "cargo build --release failed"
+        # cargo prints what it compiles; a build from scratch takes minutes.
+        log "building vhost-user-emmc: cargo build --release (its progress follows) $(elapsed)"
+        step_start
+        cargo build --release --manifest-path "$REPO/Cargo.toml" || die "cargo build --release failed"
+        log "build done in $(step_took) $(elapsed)"
     fi
     [[ -x $BIN ]] || die "no vhost-user-emmc binary at $BIN"
     if ! "$BIN" serve --help >/dev/null 2>&1; then
@@ -852,10 +1015,20 @@ if [[ $BACKEND == emmc && ( $BACKEND_CMD == *@BIN@* || $IMAGE_CMD == *@BIN@* ) ]
     fi
 fi
 
+step_start
 fetch_kernel
-log "kernel: $KERNEL_PKG ($(elapsed))"
+if [[ $KERNEL_FROM_CACHE == 1 ]]; then
+    log "kernel: $KERNEL_PKG (cached) $(elapsed)"
+else
+    log "kernel: $KERNEL_PKG (fetched and unpacked in $(step_took)) $(elapsed)"
+fi
+step_start
 build_initramfs
-log "initramfs: $INITRD ($(du -h "$INITRD" | cut -f1), $(elapsed))"
+if [[ $INITRD_FROM_CACHE == 1 ]]; then
+    log "initramfs: $INITRD ($(du -h "$INITRD" | cut -f1), cached) $(elapsed)"
+else
+    log "initramfs: $INITRD ($(du -h "$INITRD" | cut -f1), built in $(step_took)) $(elapsed)"
+fi
 
 mkdir -p "$CACHE/runs"
 WORK=$(mktemp -d "$CACHE/runs/run.XXXXXX")
@@ -886,7 +1059,11 @@ effect = { kind = "data_crc" }
 EOF
 fi
 IMAGE=$WORK/disk.img
-if [[ -n $IMAGE_DIR ]]; then
+if [[ $BACKEND == user ]]; then
+    # --socket: the user's daemon and image; this run neither creates nor removes one.
+    SOCK=$USER_SOCKET
+    IMAGE=
+elif [[ -n $IMAGE_DIR ]]; then
     IMAGE_TMPDIR=$(mktemp -d "$IMAGE_DIR/guest-test-image.XXXXXX") || die "cannot create a directory in $IMAGE_DIR"
     IMAGE=$IMAGE_TMPDIR/disk.img
 fi
@@ -896,15 +1073,19 @@ BACKEND_LOG=$WORK/backend.log
 # sun_path holds 107 bytes and a NUL.
 ((${#SOCK} < 108)) || die "socket path too long for a unix socket ($SOCK): use a shorter --cache"
 
-cmd=$(expand_template "$IMAGE_CMD")
-log "image: $cmd"
-bash -c "$cmd" >"$WORK/image.log" 2>&1 || {
-    cat "$WORK/image.log" >&2
-    die "creating the image failed"
-}
+if [[ $BACKEND == user ]]; then
+    log "your daemon's socket: $SOCK ($([[ $DISK == sdhci ]] && echo 'serve --transport sdhci, vfio-user' || echo 'serve, vhost-user-blk')); no image or daemon of this run's own"
+else
+    cmd=$(expand_template "$IMAGE_CMD")
+    log "image: $cmd"
+    bash -c "$cmd" >"$WORK/image.log" 2>&1 || {
+        cat "$WORK/image.log" >&2
+        die "creating the image failed"
+    }
+fi
 
 : >"$BACKEND_LOG"
-if [[ $BACKEND != none ]]; then
+if [[ $BACKEND != none && $BACKEND != user ]]; then
     cmd=$(expand_template "$BACKEND_CMD")
     log "backend: $cmd"
     bash -c "exec $cmd" >"$BACKEND_LOG" 2>&1 </dev/null &
@@ -984,7 +1165,7 @@ fi
 boot_start=$SECONDS
 backend_gone_at=
 while alive "$QEMU_PID"; do
-    if [[ $BACKEND != none && -z $backend_gone_at ]] && ! alive "$BACKEND_PID"; then
+    if [[ $BACKEND != none && $BACKEND != user && -z $backend_gone_at ]] && ! alive "$BACKEND_PID"; then
         backend_gone_at=$SECONDS
     fi
     # A backend may exit when QEMU disconnects at the end; give QEMU a moment to
@@ -995,7 +1176,7 @@ while alive "$QEMU_PID"; do
         break
     fi
     if ((SECONDS - boot_start > TIMEOUT)); then
-        failures+=("timeout: the guest did not finish within $TIMEOUT s")
+        failures+=("timeout: the guest did not finish within $TIMEOUT s$([[ $BACKEND != user ]] || echo " (is your daemon serving another VM, or stopped?)")")
         stop_pid "$QEMU_PID"
         break
     fi
@@ -1014,21 +1195,28 @@ fi
 if [[ $qemu_rc != 0 && ${#failures[@]} == 0 ]]; then
     failures+=("QEMU exited with status $qemu_rc")
     sed 's/^/qemu: /' "$WORK/qemu.log" >&2
+    [[ $BACKEND != user ]] ||
+        failures+=("QEMU could not use $SOCK: is the daemon running, is the socket $([[ $DISK == sdhci ]] && echo "serve --transport sdhci's (vfio-user)" || echo "serve's vhost-user-blk one (no --transport)") as --transport says, and is it not serving another VM?")
 fi
 
 if [[ -n $FAULT_PID ]]; then
     fault_rc=0
     wait "$FAULT_PID" 2>/dev/null || fault_rc=$?
     FAULT_PID=
-    sed 's/^/control: /' "$WORK/control.log"
+    # The faults set's control output is hundreds of lines: it stays in control.log and
+    # faults.json (fault_summary below), shown only when the driver failed.
+    if [[ $JOBSET != faults ]]; then
+        sed 's/^/control: /' "$WORK/control.log"
+    elif [[ $fault_rc != 0 ]]; then
+        echo "--- control.log (the fault driver; last 30 lines)"
+        tail -n 30 "$WORK/control.log" | sed 's/^/control: /'
+    fi
     if [[ $fault_rc != 0 ]]; then
         if [[ $JOBSET == seed000 ]]; then
             failures+=("the daemon's statistics could not be read (control.log above)")
         else
             failures+=("the fault driver could not inject its faults (control.log above)")
         fi
-    elif [[ $JOBSET == faults ]]; then
-        check_fault_stats || failures+=("the daemon's statistics do not show the faults")
     fi
 fi
 
@@ -1036,7 +1224,7 @@ fi
 # got to the end and the backend's status was 0.
 reached_end=0
 grep -q '^@@GT-END@@' "$DATA" 2>/dev/null && reached_end=1
-if [[ $BACKEND == none ]]; then
+if [[ $BACKEND == none || $BACKEND == user ]]; then
     :
 elif alive "$BACKEND_PID"; then
     stop_pid "$BACKEND_PID"
@@ -1050,7 +1238,7 @@ else
     fi
 fi
 BACKEND_PID=
-if [[ $DISK == sdhci ]]; then
+if [[ $DISK == sdhci && $BACKEND != user ]]; then
     # The card's registers as the daemon left them in the image (the guest has shut
     # down, the daemon has written its cache back): sdhci-checks.py compares the
     # guest's EXT_CSD with these and with the model's.
@@ -1061,12 +1249,24 @@ remove_image
 if grep -qiE 'panicked at|segmentation fault|core dumped' "$BACKEND_LOG"; then
     failures+=("the backend log shows a crash (see below)")
 fi
-if [[ ${#failures[@]} -gt 0 || -n $(grep -v '^\s*$' "$BACKEND_LOG" || true) ]]; then
-    echo "--- backend log (last 20 lines)"
-    tail -n 20 "$BACKEND_LOG"
+# The daemon's banner is not worth showing. The faults set's daemon warns once per failed
+# request and about the power cut: what the run injected, counted by fault_summary and
+# left out here (all of it stays in backend.log). Anything else the daemon logs is shown.
+backend_expected='^$|^vhost-user-emmc: serving '
+[[ $JOBSET != faults ]] ||
+    backend_expected+='|MMC: CMD(17|18): data CRC error$|fault: power loss at|control: sudden power loss|mmcblk: the card does not answer .*re-initialising it$'
+backend_shown=$(grep -vE "$backend_expected" "$BACKEND_LOG" || true)
+if [[ $BACKEND != none && $BACKEND != user ]] && [[ ${#failures[@]} -gt 0 || -n $backend_shown ]]; then
+    left_out=$(grep -cE "$backend_expected" "$BACKEND_LOG" || true)
+    if [[ $JOBSET == faults ]]; then
+        echo "--- backend log (last 20 lines, without $left_out expected lines: the injected faults; all of it in $BACKEND_LOG)"
+    else
+        echo "--- backend log (last 20 lines)"
+    fi
+    [[ -z $backend_shown ]] || tail -n 20 <<<"$backend_shown"
 fi
 
-if [[ $DISK == sdhci ]]; then
+if [[ $DISK == sdhci && $BACKEND != user ]]; then
     echo
     log "the card through the guest's MMC stack (sdhci-checks.py)"
     checks_rc=0
@@ -1094,7 +1294,11 @@ if [[ $DISK == virtio-mmc ]]; then
 fi
 
 echo
-log "results ($DISK, $([[ $BACKEND == none ]] || echo "$BACKEND backend, model $MODEL, ")set $JOBSET)"
+case $BACKEND in
+none) log "results ($DISK, set $JOBSET)" ;;
+user) log "results ($DISK, your daemon on $SOCK, set $JOBSET)" ;;
+*) log "results ($DISK, $BACKEND backend, model $MODEL, set $JOBSET)" ;;
+esac
 expect_errors=
 [[ $JOBSET != faults ]] || expect_errors=faults-io
 # The card set's power cut: the guest may recover (mmc_blk resets the card) or pass
@@ -1126,6 +1330,47 @@ if [[ -n $SAVE_DIR ]]; then
     done
     log "saved data.log, console.log$([[ -f $TRACE ]] && echo ', serve.trace') in $SAVE_DIR"
 fi
+if [[ $JOBSET == faults ]]; then
+    echo
+    log "faults (full output kept in $WORK: control.log and faults.json from the control socket, stats.json, backend.log, console.log, data.log)"
+    summary_rc=0
+    fault_summary "${SUMMARY_JSON:-$WORK/summary.json}" || summary_rc=$?
+    [[ $summary_rc == 0 ]] || failures+=("the faults were not injected, or did not reach the guest (faults summary above)")
+    if [[ $parse_rc == 0 && ${#failures[@]} == 0 ]]; then
+        echo "faults: PASS"
+    else
+        echo "faults: FAIL (why: below)"
+    fi
+fi
+if [[ $JOBSET == attach ]]; then
+    echo
+    attach_result=$(tr -d '\r' <"$DATA" | grep -a '^RESULT ' | tail -n 1 | sed 's/^RESULT //' || true)
+    attach_ran=1
+    if [[ -z $attach_result ]]; then
+        attach_ran=0
+        attach_result="FAIL: the guest did not get to run the check (see below)"
+    fi
+    [[ $attach_result == ok:* ]] || failures+=("the check of your daemon's disk failed")
+    attach_detail=${attach_result#ok: }
+    attach_detail=${attach_detail#FAIL: }
+    if [[ $parse_rc == 0 && ${#failures[@]} == 0 ]]; then
+        attach_result="PASS: $attach_detail"
+    else
+        attach_result="FAIL: $attach_detail"
+    fi
+    log "your daemon on $SOCK ($([[ $DISK == sdhci ]] && echo 'sdhci, vfio-user' || echo 'blk, vhost-user-blk')): $attach_result"
+    if [[ -S $SOCK ]]; then
+        if [[ $attach_ran == 0 ]]; then
+            echo "its socket is still there; this run neither started nor stopped the daemon"
+        elif [[ ${GT[GT_ATTACH_WRITE]} == 0 ]]; then
+            echo "its socket is still there; this run neither started nor stopped the daemon (the guest only read)"
+        else
+            echo "its socket is still there; this run neither started nor stopped the daemon (the guest's test writes went through it, then the original data)"
+        fi
+    else
+        echo "its socket is gone (has the daemon exited?); this run did not start or stop the daemon"
+    fi
+fi
 
 echo
 if [[ $parse_rc != 0 || ${#failures[@]} -gt 0 ]]; then
@@ -1135,10 +1380,10 @@ if [[ $parse_rc != 0 || ${#failures[@]} -gt 0 ]]; then
         echo "--- guest console (last 30 lines)"
         tr -d '\r' <"$CONSOLE" | tail -n 30
     fi
-    log "guest test FAILED after $(elapsed) (guest $guest_time s)"
+    log "guest test FAILED: $((SECONDS - T0)) s in all, of which the guest $guest_time s"
     echo "guest-test: 0 passed, 1 failed"
     exit 1
 fi
-log "guest test passed in $(elapsed) (guest $guest_time s)"
+log "guest test passed: $((SECONDS - T0)) s in all, of which the guest $guest_time s"
 echo "guest-test: 1 passed, 0 failed"
 exit 0
