@@ -916,8 +916,8 @@ try:
 except (OSError, ValueError):
     pass
 
-# Injected: the rule's fire count while it was active (the daemon's injection history
-# keeps only its latest 4096, so injections_total stops there).
+# Injected: the rule's fire count while it was active (injections_total counts every
+# injection since the daemon started, the same here: the job adds one rule).
 if faults is not None:
     injected = sum(int(r.get("fired", 0)) for r in faults.get("rules", []))
 elif stats is not None:

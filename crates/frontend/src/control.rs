@@ -153,7 +153,7 @@ fn faults_json(f: Option<&FaultInjector>) -> Value {
         "rules": rules,
         "commands": f.commands(),
         "bytes_written": f.bytes_written(),
-        "injections_total": history.len(),
+        "injections_total": f.injected(),
         "injections": injections,
     })
 }

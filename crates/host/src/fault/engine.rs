@@ -54,6 +54,8 @@ pub struct FaultInjector {
     rules: Vec<RuleState>,
     commands: u64,
     bytes_written: u64,
+    /// Injections since the injector was made (the history keeps only the latest).
+    injected: u64,
     history: Vec<Injection>,
 }
 
@@ -78,6 +80,7 @@ impl FaultInjector {
                 .collect(),
             commands: 0,
             bytes_written: 0,
+            injected: 0,
             history: Vec::new(),
         })
     }
@@ -127,7 +130,12 @@ impl FaultInjector {
         self.bytes_written
     }
 
-    /// Every injection so far (the latest [`HISTORY_MAX`]), for replay checks and logs.
+    /// Injections so far, over every rule, cleared ones included; never capped.
+    pub fn injected(&self) -> u64 {
+        self.injected
+    }
+
+    /// The latest [`HISTORY_MAX`] injections, for replay checks and logs.
     pub fn history(&self) -> &[Injection] {
         &self.history
     }
@@ -150,6 +158,7 @@ impl FaultInjector {
             if self.rule_fires(index, cmd) {
                 let state = &mut self.rules[index];
                 state.fired += 1;
+                self.injected += 1;
                 log::info!(
                     "fault: rule {}{} fires on command #{} CMD{} arg {:#010x} at {} ns: {:?}",
                     index + 1,
@@ -322,6 +331,22 @@ mod tests {
         let mut inj = injector(vec![r], 0);
         assert_eq!(firing(&mut inj, &cmds), vec![2, 4]);
         assert_eq!(inj.fired(0), 2);
+    }
+
+    #[test]
+    fn the_injection_total_counts_past_the_history_and_across_a_clear() {
+        let mut inj = injector(vec![Rule::new(Effect::CmdCrc)], 0);
+        let n = HISTORY_MAX as u64 + 100;
+        for _ in 0..n {
+            inj.on_command(&cmd(13, 0));
+        }
+        assert_eq!(inj.history().len(), HISTORY_MAX);
+        assert_eq!(inj.history().last().unwrap().command_number, n);
+        inj.clear();
+        inj.add_rule(Rule::new(Effect::CmdCrc)).unwrap();
+        inj.on_command(&cmd(13, 0));
+        assert_eq!(inj.injected(), n + 1);
+        assert_eq!(inj.fired(0), 1, "the new rule's own count");
     }
 
     #[test]
