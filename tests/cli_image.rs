@@ -267,7 +267,12 @@ fn inspect_of_a_missing_image_names_the_image_not_its_sidecar() {
 /// Run the binary with its stdout on a pipe whose reader has already gone, so every
 /// write fails with EPIPE (as under `| head` once head has exited).
 fn run_into_a_closed_pipe(args: &[&str]) -> std::process::Output {
-    let (reader, writer) = std::io::pipe().unwrap();
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe(2) fills both descriptors on success; each is owned exactly once below.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: fresh descriptors from pipe(2), not owned elsewhere.
+    let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     drop(reader);
     exe()
         .args(args)
