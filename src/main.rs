@@ -249,7 +249,9 @@ fn main() -> ExitCode {
         // The reader of our output went away (`| head`): nothing left to say to anyone.
         Err(Failure::OutputClosed) => ExitCode::SUCCESS,
         Err(Failure::Message(e)) => {
-            eprintln!("vhost-user-emmc: {e}");
+            // Not eprintln!: a closed stderr (`2>&1 | head`) must not turn a failure into
+            // a panic. The exit status still says it failed.
+            let _ = writeln!(std::io::stderr(), "vhost-user-emmc: {e}");
             ExitCode::FAILURE
         }
     }

@@ -264,15 +264,20 @@ fn inspect_of_a_missing_image_names_the_image_not_its_sidecar() {
     assert!(!err.contains("sidecar"), "{err}");
 }
 
-/// Run the binary with its stdout on a pipe whose reader has already gone, so every
-/// write fails with EPIPE (as under `| head` once head has exited).
-fn run_into_a_closed_pipe(args: &[&str]) -> std::process::Output {
+/// A pipe: (reader, writer).
+fn pipe() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
     use std::os::fd::{FromRawFd, OwnedFd};
     let mut fds = [0i32; 2];
     // SAFETY: pipe(2) fills both descriptors on success; each is owned exactly once below.
     assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
     // SAFETY: fresh descriptors from pipe(2), not owned elsewhere.
-    let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+}
+
+/// Run the binary with its stdout on a pipe whose reader has already gone, so every
+/// write fails with EPIPE (as under `| head` once head has exited).
+fn run_into_a_closed_pipe(args: &[&str]) -> std::process::Output {
+    let (reader, writer) = pipe();
     drop(reader);
     exe()
         .args(args)
@@ -308,6 +313,19 @@ fn printing_subcommands_end_quietly_when_their_reader_goes_away() {
     let out = run_into_a_closed_pipe(&["inspect", "--model", "no-such-model"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no-such-model"));
+    // … nor does a closed stderr (`2>&1 | head`) turn its message into a panic.
+    let (reader, writer) = pipe();
+    drop(reader);
+    let out = exe()
+        .args(["inspect", "--model", "no-such-model"])
+        .stderr(writer)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a plain failure, not a panic (101)"
+    );
 }
 
 #[test]
