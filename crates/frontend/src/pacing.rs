@@ -519,17 +519,25 @@ mod tests {
     fn the_margin_grows_to_cover_the_work_a_wake_up_brings() {
         let mut c = Completions::new().unwrap();
         c.set_spin(SpinMargin::new(50 * US, 5000 * US));
-        for i in 0..(2 * REFRESH) {
+        let mut woken = 0;
+        for i in 0..1000u16 {
+            if woken == 2 * REFRESH {
+                break;
+            }
             c.push(Pending {
                 queue: 0,
-                head: i as u16,
+                head: i,
                 len: 1,
-                due: Instant::now() + 2000 * US,
+                due: Instant::now() + c.spin() + 2000 * US,
                 done_at: 0,
             });
             c.complete_due(&[], false, None).unwrap();
+            if c.armed.is_none() {
+                // This thread stalled past the timer's instant: already signalled.
+                assert!(c.is_empty());
+                continue;
+            }
             // Wait for the timer (armed for due − margin), then work before signalling.
-            assert!(c.armed.is_some(), "armed for the completion");
             let mut fd = libc::pollfd {
                 fd: c.timer_fd(),
                 events: libc::POLLIN,
@@ -545,15 +553,16 @@ mod tests {
             std::thread::sleep(300 * US);
             c.complete_due(&[], false, None).unwrap();
             assert!(c.is_empty(), "signalled (on no queue) at its time");
+            woken += 1;
         }
+        assert_eq!(woken, 2 * REFRESH);
+        // Every wake-up was ready at least 300 µs after its armed instant, so the margin
+        // covers that plus headroom. Before, it followed the timer's own lateness, tens
+        // of microseconds on a quiet machine.
         assert!(
             c.spin() >= 320 * US,
             "the work plus headroom, not the timer alone: {:?}",
             c.spin()
-        );
-        assert!(
-            c.stats().wake_late.max() < 300_000,
-            "the timer itself was prompt"
         );
     }
 
