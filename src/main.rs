@@ -202,6 +202,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Commands::Selfcheck { model } => {
             let model = DeviceModel::load(&model).map_err(|e| e.to_string())?;
             let report = selfcheck::run(&model)?;
+            out(&report.text())?;
             if report.failures > 0 {
                 Err(Failure::Message(format!(
                     "self-check failed: {} of {} checks",

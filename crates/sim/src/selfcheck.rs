@@ -1,6 +1,6 @@
 //! `vhost-user-emmc selfcheck`: bring a card of a model up on a scratch sparse image the
 //! way Linux would, exercise every feature a driver developer relies on, reopen the image
-//! and check that what the card promised to keep is there. Prints one line per check.
+//! and check that what the card promised to keep is there. Reports one line per check.
 
 use std::path::{Path, PathBuf};
 
@@ -11,10 +11,25 @@ use emmc_card::store::ImageStore;
 use emmc_card::{packed, Card, CardState, Command, Partition, PowerDown};
 use emmc_host::mmc::{HostCaps, MmcHost, MMC_CMD23_ARG_PACKED, MMC_CMD23_ARG_REL_WR};
 
-/// Outcome of a self-check: the lines printed and whether everything passed.
+/// Outcome of a self-check: one line per check and how many failed.
 pub struct Report {
+    /// What was checked, and on which scratch image.
+    pub heading: String,
     pub lines: Vec<String>,
     pub failures: usize,
+}
+
+impl Report {
+    /// The report as the command prints it.
+    pub fn text(&self) -> String {
+        let mut t = format!("{}\n", self.heading);
+        for line in &self.lines {
+            t += line;
+            t.push('\n');
+        }
+        t += &format!("{} checks, {} failed\n", self.lines.len(), self.failures);
+        t
+    }
 }
 
 struct Checker {
@@ -37,20 +52,7 @@ impl Checker {
                 format!("FAIL  {name}: {e}")
             }
         };
-        say(&line);
         self.report.lines.push(line);
-    }
-}
-
-/// Print one line of progress. The report keeps every line, so a reader that went away
-/// (`selfcheck | head`) loses only its own copy: the checks run on and decide the exit
-/// status, where `println!` would panic.
-fn say(line: &str) {
-    use std::io::Write;
-    if let Err(e) = writeln!(std::io::stdout().lock(), "{line}") {
-        if e.kind() != std::io::ErrorKind::BrokenPipe {
-            log::warn!("self-check: writing to stdout: {e}");
-        }
     }
 }
 
@@ -89,15 +91,15 @@ pub fn run(model: &DeviceModel) -> Result<Report, String> {
     let image = scratch.0.join("card.img");
     let mut c = Checker {
         report: Report {
+            heading: format!(
+                "self-check of model {} on a sparse scratch image {}",
+                model.name,
+                image.display()
+            ),
             lines: Vec::new(),
             failures: 0,
         },
     };
-    say(&format!(
-        "self-check of model {} on a sparse scratch image {}",
-        model.name,
-        image.display()
-    ));
 
     let mut host = MmcHost::new(open_card(model, &image, true)?);
     let caps = HostCaps::default();
@@ -146,11 +148,6 @@ pub fn run(model: &DeviceModel) -> Result<Report, String> {
         "image reopens with data and persistent state",
         reopen_check(model, &image, &caps),
     );
-    say(&format!(
-        "{} checks, {} failed",
-        c.report.lines.len(),
-        c.report.failures
-    ));
     Ok(c.report)
 }
 
