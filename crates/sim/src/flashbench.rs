@@ -20,6 +20,7 @@
 use std::fmt;
 
 use super::device::{BlockDevice, IoError};
+use super::report::sig3;
 use emmc_card::timing::Nanos;
 
 /// flashbench's pseudo-random sequence: a maximal-length Fibonacci LFSR of `bits` bits
@@ -530,23 +531,6 @@ pub fn format_rate(bps: f64) -> String {
         format!("{}K/s", sig3(bps / 1e3))
     } else {
         format!("{}M/s", sig3(bps / 1e6))
-    }
-}
-
-/// `%.3g` for the magnitudes flashbench prints (no exponent form below 1000).
-fn sig3(v: f64) -> String {
-    let digits = if v.abs() >= 100.0 {
-        0
-    } else if v.abs() >= 10.0 {
-        1
-    } else {
-        2
-    };
-    let s = format!("{v:.digits$}");
-    if s.contains('.') {
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
-    } else {
-        s
     }
 }
 

@@ -40,6 +40,8 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::{register_font, FontStyle};
 
+use super::report::{sig3, trimmed};
+
 /// One completed block request of a run, in card time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sample {
@@ -892,11 +894,11 @@ fn log_light(axis: &AxisSpec, ticks: &[Tick]) -> Vec<f64> {
 fn tick_label(format: Format, v: f64, step: Option<f64>) -> String {
     match format {
         Format::Integer => format!("{v:.0}"),
-        Format::Number => fixed(v, step.map_or(3, decimals)),
+        Format::Number => trimmed(v, step.map_or(3, decimals)),
         Format::Micros => {
             let (scale, unit) = duration_unit(v);
             let places = step.map_or(3, |s| decimals(s / scale));
-            format!("{} {unit}", fixed(v / scale, places))
+            format!("{} {unit}", trimmed(v / scale, places))
         }
     }
 }
@@ -909,21 +911,6 @@ fn decimals(step: f64) -> usize {
             (x - x.round()).abs() < 1e-6 * x.max(1.0)
         })
         .unwrap_or(12) as usize
-}
-
-/// `v` with `places` decimals, less its trailing zeros.
-fn fixed(v: f64, places: usize) -> String {
-    let s = format!("{v:.places$}");
-    let s = if s.contains('.') {
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
-    } else {
-        s
-    };
-    if s == "-0" {
-        "0".to_string()
-    } else {
-        s
-    }
 }
 
 /// The unit to say a duration of `us` µs in: (µs in one of it, its symbol).
@@ -939,15 +926,7 @@ fn duration_unit(us: f64) -> (f64, &'static str) {
 fn duration_text(ns: f64) -> String {
     let us = ns / 1e3;
     let (scale, unit) = duration_unit(us);
-    let v = us / scale;
-    let places = if v >= 100.0 {
-        0
-    } else if v >= 10.0 {
-        1
-    } else {
-        2
-    };
-    format!("{} {unit}", fixed(v, places))
+    format!("{} {unit}", sig3(us / scale))
 }
 
 fn label_font() -> FontDesc<'static> {

@@ -89,6 +89,34 @@ pub struct Report {
     pub flash: Option<FlashStats>,
 }
 
+/// `v` with at most `places` decimals, trailing zeros dropped ("1.5", "20", never "-0").
+pub(crate) fn trimmed(v: f64, places: usize) -> String {
+    let s = format!("{v:.places$}");
+    let s = if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    };
+    if s == "-0" {
+        "0".to_string()
+    } else {
+        s
+    }
+}
+
+/// `%.3g` for magnitudes below 1000 (no exponent form): three significant digits,
+/// trailing zeros dropped.
+pub(crate) fn sig3(v: f64) -> String {
+    let places = if v.abs() >= 100.0 {
+        0
+    } else if v.abs() >= 10.0 {
+        1
+    } else {
+        2
+    };
+    trimmed(v, places)
+}
+
 /// One line of FTL counters for text reports. Write amplification is NAND bytes
 /// programmed per host byte; the line names the FTL operations that programmed them, so
 /// a figure far above 1 can be traced to its cause (on a buffer-A card, small writes go
