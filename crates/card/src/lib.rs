@@ -463,6 +463,14 @@ impl Card {
         self.data.transfer_block_len()
     }
 
+    /// Blocks the data transfer in progress still moves before it ends by itself (single
+    /// block commands, CMD23 counts, registers, RPMB frames); `None` when it runs until
+    /// CMD12, or when there is no transfer. A host that clocks more blocks than this
+    /// gets no more data, and no CRC status token for them.
+    pub fn transfer_blocks_left(&self) -> Option<u64> {
+        self.data.transfer_blocks_left()
+    }
+
     pub fn cid(&self) -> [u8; 16] {
         self.regs.cid()
     }

@@ -316,6 +316,29 @@ impl DataTransfer {
         self.transfer.block_len(self.block_len as usize)
     }
 
+    /// Blocks the transfer in progress still moves before it ends by itself: a single
+    /// block command's one, what is left of a CMD23 count, of a register or RPMB frame
+    /// count. `None` for an open-ended transfer (until CMD12) or none at all.
+    pub fn transfer_blocks_left(&self) -> Option<u64> {
+        match &self.transfer {
+            Transfer::None => None,
+            Transfer::ReadSectors(sr) => sr.bounded.then(|| sr.remaining()),
+            Transfer::ReadBuffer { block_len, pos } => {
+                let block_len = if *block_len == 0 {
+                    self.block_len as usize
+                } else {
+                    *block_len
+                };
+                Some((self.read_buf.len().saturating_sub(*pos) / block_len.max(1)) as u64)
+            }
+            Transfer::WriteSectors(sw) => sw.count.map(|c| c.saturating_sub(sw.received)),
+            Transfer::WriteBuffer { .. } => Some(1),
+            Transfer::WriteRpmb { frames, .. } => {
+                Some(frames.saturating_sub((self.write_buf.len() / SECTOR) as u64))
+            }
+        }
+    }
+
     /// Take the transfer out to work on it (put it back with [`DataTransfer::set`]).
     #[inline]
     pub fn take(&mut self) -> Transfer {

@@ -300,6 +300,9 @@ impl Run<'_> {
         per_block: Nanos,
         budget: Nanos,
     ) -> Result<(), DataFault> {
+        if let Some(left) = self.card.transfer_blocks_left().filter(|&l| l < blocks) {
+            return Err(self.receive_short(target, blksz, left, bus, per_block));
+        }
         match self.card.read_data(self.now, target) {
             Ok(internal) => {
                 let internal = match self.injected.extra_busy.take() {
@@ -342,6 +345,60 @@ impl Run<'_> {
         }
     }
 
+    /// The host reads more blocks than the card's command sends (CMD17 with two blocks,
+    /// say): the card sends its `left` and goes back to transfer state, and the host waits
+    /// for the next block in vain.
+    fn receive_short(
+        &mut self,
+        target: &mut [u8],
+        blksz: usize,
+        left: u64,
+        bus: &Bus,
+        per_block: Nanos,
+    ) -> DataFault {
+        log::debug!("read data: the card sends {left} block(s), the host expects more");
+        let mut sent = 0;
+        if left > 0 {
+            if let Ok(internal) = self
+                .card
+                .read_data(self.now, &mut target[..left as usize * blksz])
+            {
+                self.now = self.now.saturating_add(internal);
+                sent = left;
+            }
+        }
+        DataFault::Timeout {
+            after: bus.read_ns(blksz, sent).saturating_add(per_block),
+        }
+    }
+
+    /// The host writes more blocks than the card's command takes (CMD24 with two
+    /// blocks, say): the card takes its `left`, programs them and goes back to transfer
+    /// state, and sends no CRC status token for the next block, which the host waits for
+    /// in vain.
+    fn send_short(
+        &mut self,
+        data: &[u8],
+        blksz: usize,
+        left: u64,
+        bus: &Bus,
+        per_block: Nanos,
+    ) -> DataFault {
+        log::debug!("write data: the card takes {left} block(s), the host sends more");
+        if left > 0 {
+            let sent = self.now.saturating_add(bus.write_ns(blksz, left));
+            if self
+                .card
+                .write_data(sent, &data[..left as usize * blksz])
+                .is_ok()
+            {
+                self.now = sent;
+            }
+        }
+        self.now = self.now.saturating_add(bus.write_ns(blksz, 1));
+        DataFault::Timeout { after: per_block }
+    }
+
     /// Write `data` (`blocks` blocks of `blksz` bytes) to the card from now: the bus time
     /// with the CRC status tokens, the card's verdict, planned extra busy, then the busy
     /// wait (or, when deferred, its start). On success now is the end of the busy (or of
@@ -355,6 +412,9 @@ impl Run<'_> {
         per_block: Nanos,
         budget: Nanos,
     ) -> Result<(), DataFault> {
+        if let Some(left) = self.card.transfer_blocks_left().filter(|&l| l < blocks) {
+            return Err(self.send_short(data, blksz, left, bus, per_block));
+        }
         let sent = self.now.saturating_add(bus.write_ns(blksz, blocks));
         match self.card.write_data(sent, data) {
             Ok(()) => {

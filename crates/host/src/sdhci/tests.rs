@@ -486,6 +486,71 @@ fn a_request_split_over_odd_segments_round_trips() {
     assert_eq!(done.bytes_xfered, 0);
 }
 
+/// mmc_test's "Proper xfer_size" cases (mmc_test_broken_transfer): a single-block command
+/// with two blocks of data, and CMD13 with one. The card moves the one block its command
+/// asks for (or none), the host waits in vain for the rest and reports a data time-out
+/// (the error mmc_test_check_broken_result wants), and the card is back in transfer state
+/// for the next command rather than waiting for data that never comes.
+#[test]
+fn more_blocks_than_the_command_moves_time_out_and_leave_the_card_in_tran() {
+    let mut s = brought_up(model(), &HostCaps::default());
+    let old = pattern(1, 1024);
+    assert!(write(&mut s, 40, &old).is_ok());
+
+    // CMD24 with two blocks: the first is written, the second is never acknowledged.
+    let data = pattern(2, 1024);
+    let mut sg = [&data[..]];
+    let done = s.request(MmcRequest {
+        sbc: None,
+        cmd: r1(ResponseType::R1, 24, 40),
+        data: Some(MmcData::write(512, 2, &mut sg)),
+        stop: None,
+    });
+    assert_eq!(done.data_error, Some(SdhciError::DataTimeout), "{done:?}");
+    assert_eq!(done.bytes_xfered, 0);
+    assert_ne!(s.card.state(), CardState::Rcv);
+    let back = peek(&mut s, 40, 2);
+    assert_eq!(
+        &back[..512],
+        &data[..512],
+        "the block CMD24 takes is written"
+    );
+    assert_eq!(&back[512..], &old[512..], "the extra block is not");
+
+    // CMD17 with two blocks: one comes, then nothing.
+    let mut buf = vec![0u8; 1024];
+    let mut sg = [&mut buf[..]];
+    let done = s.request(MmcRequest {
+        sbc: None,
+        cmd: r1(ResponseType::R1, 17, 40),
+        data: Some(MmcData::read(512, 2, &mut sg)),
+        stop: None,
+    });
+    assert_eq!(done.data_error, Some(SdhciError::DataTimeout), "{done:?}");
+    assert_eq!(done.bytes_xfered, 0);
+    assert_eq!(s.card.state(), CardState::Tran);
+
+    // CMD13 with a block to read: an R1, no data.
+    let mut buf = vec![0u8; 512];
+    let mut sg = [&mut buf[..]];
+    let done = s.request(MmcRequest {
+        sbc: None,
+        cmd: r1(ResponseType::R1, 13, RCA_ARG),
+        data: Some(MmcData::read(512, 1, &mut sg)),
+        stop: None,
+    });
+    assert!(done.cmd.error.is_none(), "{done:?}");
+    assert_eq!(done.data_error, Some(SdhciError::DataTimeout));
+
+    // The card takes the next command: the data is where the plain write put it.
+    let st = status(&mut s);
+    assert_eq!(st & r1::ILLEGAL_COMMAND, 0, "status {st:#x}");
+    let mut back = vec![0u8; 512];
+    assert!(read(&mut s, 40, &mut back).is_ok());
+    assert_eq!(back, data[..512]);
+}
+
+// ---- time-outs and busy -----------------------------------------------------------------
 // ---- time-outs and busy -----------------------------------------------------------------
 
 #[test]
