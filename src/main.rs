@@ -122,6 +122,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             out(&text)
         }
         Commands::Inspect { model, image } => {
+            let from_image = image.is_some();
             let card = match image {
                 Some(path) => {
                     let header = read_header(&path).map_err(|e| e.to_string())?;
@@ -138,8 +139,13 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     Card::new(model, Box::new(NullStore::new(layout))).map_err(|e| e.to_string())?
                 }
             };
+            let state = if from_image {
+                format!("\n{}", card.describe_saved_state())
+            } else {
+                String::new()
+            };
             out(&format!(
-                "model {}: {}\n{}",
+                "model {}: {}\n{}{state}",
                 card.model().name,
                 card.model().description,
                 inspect::render(&card.cid(), &card.csd(), &card.ext_csd())

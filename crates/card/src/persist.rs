@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::parts::protection::WpRecord;
 use super::rpmb::{Rpmb, RpmbPersistent};
 use super::status::r1;
-use super::{Card, CardError};
+use super::{Card, CardError, Partition};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -101,6 +101,66 @@ impl Card {
         }
     }
 
+    /// What the card keeps besides data, as `inspect --image` shows it: the partitions
+    /// in effect, partitioning still to take effect, the RPMB key (whether it is
+    /// programmed, never its value) and write counter, the password, and write protection.
+    pub fn describe_saved_state(&self) -> String {
+        use std::fmt::Write as _;
+        let s = self.persistent_state();
+        let mut out = String::from("Card state (kept with the image):\n");
+        let kib = |p: Partition| self.partitions.extent(p).sectors / 2;
+        let mut parts = format!(
+            "user {} KiB, boot1 {} KiB, boot2 {} KiB, rpmb {} KiB",
+            kib(Partition::User),
+            kib(Partition::Boot1),
+            kib(Partition::Boot2),
+            kib(Partition::Rpmb)
+        );
+        for (i, sectors) in s.gp_sectors.iter().enumerate() {
+            if *sectors > 0 {
+                let _ = write!(parts, ", gp{} {} KiB", i + 1, sectors / 2);
+            }
+        }
+        let _ = writeln!(out, "  partitions: {parts}");
+        let partitioning = match (s.partitioning_applied, self.regs.partitioning_completed()) {
+            (true, _) => "completed, in effect",
+            (false, true) => "completed, takes effect at the next power-up",
+            (false, false) => "not completed (the card as shipped)",
+        };
+        let _ = writeln!(out, "  partitioning: {partitioning}");
+        let key = if s.rpmb.key.is_some() {
+            "programmed"
+        } else {
+            "not programmed"
+        };
+        let _ = writeln!(
+            out,
+            "  RPMB: authentication key {key}, write counter {}",
+            s.rpmb.write_counter
+        );
+        let password = if s.password.is_some() { "set" } else { "none" };
+        let _ = writeln!(out, "  CMD42 password: {password}");
+        let boot: Vec<String> = s
+            .boot_wp_permanent
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| **p)
+            .map(|(i, _)| format!("boot{}", i + 1))
+            .collect();
+        let boot = if boot.is_empty() {
+            "none".to_string()
+        } else {
+            boot.join(", ")
+        };
+        let _ = writeln!(out, "  permanently write-protected boot partitions: {boot}");
+        let _ = writeln!(
+            out,
+            "  write-protected groups (temporary, power-on, permanent): {}",
+            s.write_protect.len()
+        );
+        out
+    }
+
     /// Save the persistent state to the store now.
     pub(super) fn save_persistent(&mut self) {
         let result = self
@@ -156,6 +216,36 @@ mod tests {
         let text = toml::to_string(&t).unwrap();
         let back: toml::Table = toml::from_str(&text).unwrap();
         assert_eq!(PersistentState::from_table(back).unwrap(), s);
+    }
+
+    #[test]
+    fn the_saved_state_description_follows_the_state() {
+        let model = crate::model::DeviceModel::load("generic-emmc45").unwrap();
+        let layout = Card::layout_for(&model);
+        let mut card = Card::new(model, Box::new(crate::store::MemStore::new(layout))).unwrap();
+        let fresh = card.describe_saved_state();
+        assert!(fresh.contains("partitioning: not completed"), "{fresh}");
+        assert!(fresh.contains("RPMB: authentication key not programmed, write counter 0"));
+        assert!(fresh.contains("CMD42 password: none"));
+        assert!(!fresh.contains("gp1"));
+        let mut s = PersistentState::default();
+        s.gp_sectors = [16384, 0, 0, 0];
+        s.partitioning_applied = true;
+        s.rpmb.key = Some([7; crate::rpmb::KEY_LEN]);
+        s.rpmb.write_counter = 3;
+        s.password = Some("0102".into());
+        s.boot_wp_permanent = [false, true];
+        card.apply_persistent(s).unwrap();
+        let text = card.describe_saved_state();
+        assert!(text.contains(", gp1 8192 KiB"), "{text}");
+        assert!(
+            text.contains("partitioning: completed, in effect"),
+            "{text}"
+        );
+        assert!(text.contains("RPMB: authentication key programmed, write counter 3"));
+        assert!(text.contains("CMD42 password: set"));
+        assert!(text.contains("boot partitions: boot2"));
+        assert!(!text.contains("0707"), "the key itself is never shown");
     }
 
     #[test]
