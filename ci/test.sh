@@ -79,6 +79,12 @@ if [[ $guest == 1 ]]; then
     guest-tests/run-guest-test.sh --quiet --no-build --disk sdhci
     echo "== guest sdhci (vfio-user): card set, trixie's 6.12"
     guest-tests/run-guest-test.sh --quiet --no-build --disk sdhci --kernel 6.12
+    # Issue 18: Linux's own MMC test suite (mmc_test.ko, built for the guest's kernel from
+    # Debian's source of that version) and mmc-utils, both on the daemon's SDHCI card.
+    echo "== guest sdhci (vfio-user): Linux's mmc_test, every case against guest-tests/mmc-test-expected.txt"
+    guest-tests/run-guest-test.sh --quiet --no-build --disk sdhci --jobs mmc-test
+    echo "== guest sdhci (vfio-user): mmc-utils across a power cycle of the daemon, checked against inspect --image"
+    guest-tests/mmc-utils.sh --no-build
     echo "== guest sdhci (vfio-user): toshiba-mmc32g write stalls through mmc_block"
     guest-tests/run-guest-test.sh --quiet --no-build --disk sdhci --model toshiba-mmc32g --jobs card-stall
     echo "== guest virtio-mmc: serve --transport mmc on vhost-user-test-device-pci"
@@ -93,5 +99,9 @@ echo "== guest-tests/test_sdhci_checks.py"
 python3 guest-tests/test_sdhci_checks.py
 echo "== guest-tests/test_fidelity.py"
 python3 guest-tests/test_fidelity.py
+echo "== guest-tests/test_mmc_test_table.py"
+python3 guest-tests/test_mmc_test_table.py
+echo "== guest-tests/test_mmc_utils_checks.py"
+python3 guest-tests/test_mmc_utils_checks.py
 
 echo "ci/test.sh: all passed"

@@ -93,7 +93,7 @@ Options (environment variable in brackets):
                               qemu-storage-daemon on a raw file [GUEST_BACKEND]
   --model M                   device model for the emmc backend
                               (default generic-emmc45) [GUEST_MODEL]
-  --jobs quick|full|faults|fidelity|seed000|sdhci|virtio-mmc|card|card-stall|sdhci-perf
+  --jobs quick|full|faults|fidelity|seed000|sdhci|virtio-mmc|card|card-stall|sdhci-perf|mmc-test
                               job set: quick (CI, about 1 min of fio),
                               full (larger, adds queue depth 8), faults
                               (data CRC errors and a power cut injected through
@@ -111,7 +111,15 @@ Options (environment variable in brackets):
                               card (the default of --disk sdhci), card-stall
                               (write stalls through mmc_block, for
                               toshiba-mmc32g) and sdhci-perf (random and
-                              sequential figures) with --disk sdhci; attach
+                              sequential figures) with --disk sdhci; mmc-test
+                              (Linux's own MMC test suite, mmc_test.ko, built
+                              by guest-tests/mmc-test-build.sh for the guest's
+                              kernel: every case, a per-case table, failing on
+                              a case whose result is worse than
+                              guest-tests/mmc-test-expected.txt lists) with
+                              --disk sdhci or qemu-sdhci (report only); pick
+                              cases with --fio-var GT_MMCTEST_CASES=1,2,27;
+                              attach
                               (the only set of --socket)
                               (default: quick, or the disk's own set) [GUEST_JOBS]
   --expect-min-write-lat-us N fail if any fio write completes faster than N us
@@ -128,6 +136,11 @@ Options (environment variable in brackets):
                               placeholders, plus @SIZE@) [GUEST_IMAGE_CMD]
   --image-size SIZE           raw image size for qsd and qemu-sdhci (default 1G)
                               [GUEST_IMAGE_SIZE]
+  --image PATH                the card's image: used as it is if it exists (a card
+                              an earlier run left: its partitioning, RPMB key,
+                              EXT_CSD settings), else created there; kept after
+                              the run either way (guest-tests/mmc-utils.sh boots
+                              twice on one image) [GUEST_IMAGE]
   --image-dir DIR             put the disk image in DIR instead of the run
                               directory, e.g. /dev/shm: on a file system where
                               fdatasync is slow the daemon's syncs of durable
@@ -143,6 +156,12 @@ Options (environment variable in brackets):
                               it builds if missing); or an exact Debian
                               linux-image-*-amd64 package name (+deb13: trixie)
                               [GUEST_KERNEL; GUEST_KERNEL_PKG overrides 6.1's]
+  --kernel-build DIR          boot your own kernel: DIR is its build directory
+                              (arch/x86/boot/bzImage, .config, its modules are
+                              installed from it with make modules_install); for
+                              --jobs mmc-test, mmc_test comes from that tree
+                              (built in, its mmc_test.ko, or built against it)
+                              [GUEST_KERNEL_BUILD]
   --qemu 10|11|PATH           10 (default): qemu-system-x86_64 from PATH, QEMU 10
                               installed from bookworm-backports; 11: QEMU 11.1 from
                               trixie-backports, run in a Debian trixie root that
@@ -191,6 +210,7 @@ SERVE_ARGS=${GUEST_SERVE_ARGS:-}
 IMAGE_CMD=${GUEST_IMAGE_CMD:-}
 IMAGE_SIZE=${GUEST_IMAGE_SIZE:-1G}
 IMAGE_DIR=${GUEST_IMAGE_DIR:-}
+USER_IMAGE=${GUEST_IMAGE:-}
 BIN=${VHOST_USER_EMMC:-$REPO/target/release/vhost-user-emmc}
 BUILD=1
 TIMEOUT=${GUEST_TIMEOUT:-}
@@ -202,6 +222,7 @@ SAVE_DIR=
 KEEP=0
 QUIET=0
 KERNEL=${GUEST_KERNEL:-6.1}
+KERNEL_BUILD=${GUEST_KERNEL_BUILD:-}
 QEMU=${GUEST_QEMU:-}
 GUEST_MEM=${GUEST_MEM:-512M}
 GUEST_SMP=${GUEST_SMP:-1}
@@ -233,10 +254,12 @@ while [[ $# -gt 0 ]]; do
     --image-cmd) need_arg "$@"; IMAGE_CMD=$2; shift 2 ;;
     --image-size) need_arg "$@"; IMAGE_SIZE=$2; shift 2 ;;
     --image-dir) need_arg "$@"; IMAGE_DIR=$2; shift 2 ;;
+    --image) need_arg "$@"; USER_IMAGE=$2; shift 2 ;;
     --bin) need_arg "$@"; BIN=$2; shift 2 ;;
     --no-build) BUILD=0; shift ;;
     --qemu) need_arg "$@"; QEMU=$2; shift 2 ;;
     --kernel) need_arg "$@"; KERNEL=$2; shift 2 ;;
+    --kernel-build) need_arg "$@"; KERNEL_BUILD=$2; shift 2 ;;
     --fio-var) need_arg "$@"; FIO_VARS+=("$2"); shift 2 ;;
     --timeout) need_arg "$@"; TIMEOUT=$2; shift 2 ;;
     --cache) need_arg "$@"; CACHE=$2; shift 2 ;;
@@ -251,6 +274,10 @@ while [[ $# -gt 0 ]]; do
 done
 
 is_number() { [[ $1 =~ ^[0-9]+([.][0-9]+)?$ ]]; }
+if [[ -n $USER_IMAGE ]]; then
+    mkdir -p "$(dirname "$USER_IMAGE")" || die "--image: cannot create the directory of $USER_IMAGE"
+    USER_IMAGE=$(cd "$(dirname "$USER_IMAGE")" && pwd -P)/$(basename "$USER_IMAGE")
+fi
 is_number "$EXPECT_WRITE_US" || die "--expect-min-write-lat-us: not a number: $EXPECT_WRITE_US"
 is_number "$EXPECT_READ_US" || die "--expect-min-read-lat-us: not a number: $EXPECT_READ_US"
 [[ $VIRTIO_ID =~ ^[0-9]+$ ]] || die "--virtio-id: not a number: $VIRTIO_ID"
@@ -264,6 +291,13 @@ esac
 [[ $KERNEL_PKG =~ ^linux-image-[0-9][A-Za-z0-9.+~-]*-amd64$ ]] || die "not a kernel package name: $KERNEL_PKG"
 KERNEL_SUITE=bookworm
 [[ $KERNEL_PKG != *+deb13-* ]] || KERNEL_SUITE=trixie
+if [[ -n $KERNEL_BUILD ]]; then
+    KERNEL_BUILD=$(cd "$KERNEL_BUILD" 2>/dev/null && pwd) || die "--kernel-build: no directory $KERNEL_BUILD"
+    [[ -f $KERNEL_BUILD/arch/x86/boot/bzImage && -f $KERNEL_BUILD/include/config/kernel.release ]] ||
+        die "--kernel-build $KERNEL_BUILD: no arch/x86/boot/bzImage or include/config/kernel.release (build the kernel there first: make bzImage modules)"
+    KERNEL_PKG="your kernel in $KERNEL_BUILD"
+    KERNEL_SUITE=build
+fi
 
 # --socket: a daemon the user started. The socket's transport must be said; the job set
 # is attach; nothing is built or created, and the daemon is neither started nor stopped.
@@ -274,7 +308,7 @@ if [[ -n $USER_SOCKET ]]; then
     *) die "--socket checks the socket of serve --transport sdhci or blk, not --disk $DISK" ;;
     esac
     [[ -z $JOBSET || $JOBSET == attach ]] || die "--socket runs the attach check only, not --jobs $JOBSET"
-    [[ -z $BACKEND_CMD && -z $IMAGE_CMD && -z $SERVE_ARGS && -z $IMAGE_DIR ]] ||
+    [[ -z $BACKEND_CMD && -z $IMAGE_CMD && -z $SERVE_ARGS && -z $IMAGE_DIR && -z $USER_IMAGE ]] ||
         die "--socket boots on your daemon: --backend-cmd, --image-cmd, --serve-args and --image-dir do not apply"
     if ! [[ -S $USER_SOCKET ]]; then
         [[ -e $USER_SOCKET ]] && die "$USER_SOCKET is not a socket"
@@ -398,6 +432,29 @@ card-stall)
     : "${TIMEOUT:=300}"
     [[ $DISK == sdhci ]] || die "--jobs card-stall needs --disk sdhci"
     ;;
+mmc-test)
+    # Linux's MMC test suite against the card: mmc_block lets go of it, mmc_test binds,
+    # and every case runs on its own (jobs/mmc-test.sh). The performance cases write
+    # and read a 4 MiB area in the middle of the card and run 10 s random phases; on
+    # QEMU's card (--disk qemu-sdhci) the write cases end in the host's timeouts.
+    GT=([GT_JOBS]="sdhci-probe,mmc-test" [GT_DEV]=/dev/mmcblk0 [GT_MMCTEST_CASES]=all
+        [GT_MMCTEST_BOUND]=600)
+    : "${TIMEOUT:=2400}"
+    [[ $DISK == sdhci || $DISK == qemu-sdhci ]] || die "--jobs mmc-test needs --disk sdhci or qemu-sdhci"
+    ;;
+mmc-utils | mmc-utils-after)
+    # guest-tests/mmc-utils.sh: mmc-utils against the card in two boots on one image
+    # (--image), the daemon power-cycled between them (jobs/mmc-utils.sh and
+    # jobs/mmc-utils-after.sh say what each does).
+    if [[ $JOBSET == mmc-utils ]]; then
+        GT=([GT_JOBS]="sdhci-probe,card-rpmb,mmc-utils")
+    else
+        GT=([GT_JOBS]="sdhci-probe,mmc-utils-after")
+    fi
+    GT+=([GT_DEV]=/dev/mmcblk0 [GT_BOUND]=60)
+    : "${TIMEOUT:=300}"
+    [[ $DISK == sdhci ]] || die "--jobs $JOBSET needs --disk sdhci"
+    ;;
 sdhci-perf)
     # The figures guest-tests/sdhci-vs-qemu.sh puts beside QEMU's in-process card.
     GT=([GT_JOBS]="sdhci-probe,sdhci-mmio,sdhci-randread,sdhci-seqread,sdhci-seqwrite"
@@ -414,10 +471,10 @@ attach)
     : "${TIMEOUT:=180}"
     [[ -n $USER_SOCKET ]] || die "--jobs attach goes with --socket PATH"
     ;;
-*) die "--jobs must be quick, full, faults, fidelity, seed000, sdhci, virtio-mmc, card, card-stall, sdhci-perf or attach, not '$JOBSET'" ;;
+*) die "--jobs must be quick, full, faults, fidelity, seed000, sdhci, virtio-mmc, card, card-stall, sdhci-perf, mmc-test, mmc-utils, mmc-utils-after or attach, not '$JOBSET'" ;;
 esac
 case $JOBSET in
-sdhci | virtio-mmc | card | card-stall | sdhci-perf | attach) ;;
+sdhci | virtio-mmc | card | card-stall | sdhci-perf | mmc-test | mmc-utils | mmc-utils-after | attach) ;;
 *) [[ $DISK == vhost-user-blk ]] || die "--disk $DISK runs --jobs ${DISK#qemu-} only" ;;
 esac
 for kv in "${FIO_VARS[@]}"; do
@@ -518,6 +575,13 @@ install_packages() {
         [[ -n $(pkg_version "$p") ]] || plain+=("$p")
     done
     command -v python3 >/dev/null || plain+=(python3)
+    # --jobs mmc-test builds mmc_test.ko (guest-tests/mmc-test-build.sh): make, and what
+    # the unpacked linux-kbuild tools link against.
+    if [[ $JOBSET == mmc-test ]]; then
+        for p in make libelf1 libssl3; do
+            [[ -n $(pkg_version "$p") ]] || plain+=("$p")
+        done
+    fi
     # xz: trixie's kernel modules are .ko.xz.
     [[ $KERNEL_SUITE != trixie ]] || command -v xz >/dev/null || plain+=(xz-utils)
     [[ -n $QEMU ]] || qemu_ok qemu-system-x86 || bpo+=(qemu-system-x86)
@@ -590,6 +654,38 @@ fetch_kernel() {
     unpack_kernel "$kdir" "$deb"
 }
 
+# --kernel-build: the user's kernel. Its modules are installed from the build directory
+# (make modules_install, stripped) into the cache, again whenever the kernel image is
+# newer than the last install.
+fetch_kernel_build() {
+    local kdir stamp
+    KVER=$(cat "$KERNEL_BUILD/include/config/kernel.release")
+    VMLINUZ=$KERNEL_BUILD/arch/x86/boot/bzImage
+    kdir=$CACHE/kernel/build-$(printf '%s' "$KERNEL_BUILD" | sha256sum | cut -c1-12)
+    KROOT=$kdir/root
+    stamp="$KVER $(stat -c %Y "$VMLINUZ")"
+    KERNEL_FROM_CACHE=1
+    if [[ -f $kdir/.ready && $(cat "$kdir/.ready") == "$stamp" ]]; then
+        return 0
+    fi
+    KERNEL_FROM_CACHE=0
+    rm -rf "$kdir"
+    mkdir -p "$KROOT"
+    if grep -q '^CONFIG_MODULES=y' "$KERNEL_BUILD/.config"; then
+        log "installing the modules of $KERNEL_BUILD (make modules_install) $(elapsed)"
+        make -s -C "$KERNEL_BUILD" modules_install INSTALL_MOD_PATH="$KROOT" INSTALL_MOD_STRIP=1 \
+            DEPMOD=/bin/true >"$kdir/modules_install.log" 2>&1 || {
+            tail -n 20 "$kdir/modules_install.log" >&2
+            die "make modules_install in $KERNEL_BUILD failed"
+        }
+    fi
+    mkdir -p "$KROOT/lib/modules/$KVER"
+    touch "$KROOT/lib/modules/$KVER/modules.builtin"
+    [[ -f $KERNEL_BUILD/modules.builtin ]] && cp "$KERNEL_BUILD/modules.builtin" "$KROOT/lib/modules/$KVER/"
+    depmod -b "$KROOT" "$KVER" || die "depmod on the modules of $KERNEL_BUILD failed"
+    echo "$stamp" >"$kdir/.ready"
+}
+
 # Unpacks the kernel package DEB into KDIR/root and writes its modules.dep (the
 # package leaves that to its postinst).
 unpack_kernel() {
@@ -648,6 +744,11 @@ module_load_order() {
             if grep -q "/$name.ko$" "$moddir/modules.builtin"; then
                 continue # built into this kernel
             fi
+            if [[ -n $KERNEL_BUILD ]]; then
+                # Your kernel may leave out what another disk needs (virtio for sdhci).
+                warn "module $name is not in your kernel (neither a module nor built in); not loaded"
+                continue
+            fi
             die "module $name is neither in modules.dep nor built into $KVER"
         fi
         add_module_path "$path"
@@ -673,6 +774,7 @@ build_initramfs() {
         echo "$modules"
         cat "$HERE/guest-init.sh" "$HERE/guest-bounded.sh" "$HERE/mmio-probe.c" "$HERE"/jobs/*.fio "$HERE"/jobs/*.sh
         sha256sum "$fio" "$mmc" "$busybox"
+        [[ -z $MMC_TEST_KO || $MMC_TEST_KO == built-in ]] || sha256sum "$MMC_TEST_KO"
     } | sha256sum | cut -c1-16)
     INITRD=$CACHE/initramfs/initramfs-$KVER-$key.cpio
     INITRD_FROM_CACHE=1
@@ -719,6 +821,11 @@ build_initramfs() {
         chmod 0755 "$root/usr/bin/$(basename "$f")"
     done
     cp -L /lib64/ld-linux-x86-64.so.2 "$root/lib64/"
+    # mmc_test (--jobs mmc-test): loaded by jobs/mmc-test.sh once the card is up.
+    if [[ -n $MMC_TEST_KO && $MMC_TEST_KO != built-in ]]; then
+        mkdir -p "$root/lib/modules/extra"
+        cp "$MMC_TEST_KO" "$root/lib/modules/extra/mmc_test.ko"
+    fi
     cp "$HERE"/jobs/*.fio "$HERE"/jobs/*.sh "$root/jobs/"
     (cd "$root" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet) >"$INITRD.tmp"
     mv "$INITRD.tmp" "$INITRD"
@@ -755,7 +862,7 @@ stop_pid() {
 # Deleting the image can take seconds after a run that wrote a lot (the host
 # file system settles the written data), so runs do it before the final timing.
 remove_image() {
-    [[ $KEEP == 0 && -n $IMAGE ]] || return 0
+    [[ $KEEP == 0 && -n $IMAGE && -z $USER_IMAGE ]] || return 0
     rm -f "$IMAGE" "$IMAGE".*
     [[ -z $IMAGE_TMPDIR ]] || rmdir "$IMAGE_TMPDIR" 2>/dev/null || true
 }
@@ -989,6 +1096,7 @@ if [[ $QEMU11 == 1 ]]; then
         die "no QEMU 11.1 root under $CACHE/qemu11 (run guest-tests/qemu11.sh install, or drop --no-install)"
     QEMU_CMD=(env GUEST_CACHE="$CACHE" "$HERE/qemu11.sh" run --bind "$CACHE")
     [[ -z $IMAGE_DIR ]] || QEMU_CMD+=(--bind "$IMAGE_DIR")
+    [[ -z $USER_IMAGE ]] || QEMU_CMD+=(--bind "$(dirname "$USER_IMAGE")")
     # --socket: the directory of the user's socket.
     [[ -z $USER_SOCKET ]] || QEMU_CMD+=(--bind "$(dirname "$USER_SOCKET")")
     QEMU_CMD+=(--)
@@ -1016,11 +1124,27 @@ if [[ $BACKEND == emmc && ( $BACKEND_CMD == *@BIN@* || $IMAGE_CMD == *@BIN@* ) ]
 fi
 
 step_start
-fetch_kernel
+if [[ -n $KERNEL_BUILD ]]; then fetch_kernel_build; else fetch_kernel; fi
 if [[ $KERNEL_FROM_CACHE == 1 ]]; then
     log "kernel: $KERNEL_PKG (cached) $(elapsed)"
 else
     log "kernel: $KERNEL_PKG (fetched and unpacked in $(step_took)) $(elapsed)"
+fi
+# --jobs mmc-test: mmc_test.ko for this kernel (cached; "built-in" when the kernel has it).
+MMC_TEST_KO=
+if [[ $JOBSET == mmc-test ]]; then
+    step_start
+    mkdir -p "$CACHE/mmc-test"
+    if [[ -n $KERNEL_BUILD ]]; then
+        MMC_TEST_KO=$(GUEST_CACHE=$CACHE "$HERE/mmc-test-build.sh" --kernel-build "$KERNEL_BUILD" \
+            --out "$CACHE/mmc-test/mmc_test-build.ko") || die "building mmc_test.ko for $KERNEL_BUILD failed"
+    else
+        [[ $INSTALL == 1 || -n $(find "$CACHE/mmc-test" -name mmc_test.ko -path "*/$KVER-*" 2>/dev/null) ]] ||
+            die "mmc_test.ko for $KVER is not in $CACHE/mmc-test and --no-install given"
+        MMC_TEST_KO=$(GUEST_CACHE=$CACHE "$HERE/mmc-test-build.sh" --vmlinuz "$VMLINUZ" \
+            --out "$CACHE/mmc-test/mmc_test-$KVER.ko") || die "building mmc_test.ko for $KVER failed"
+    fi
+    log "mmc_test: $MMC_TEST_KO ($(step_took)) $(elapsed)"
 fi
 step_start
 build_initramfs
@@ -1063,6 +1187,8 @@ if [[ $BACKEND == user ]]; then
     # --socket: the user's daemon and image; this run neither creates nor removes one.
     SOCK=$USER_SOCKET
     IMAGE=
+elif [[ -n $USER_IMAGE ]]; then
+    IMAGE=$USER_IMAGE
 elif [[ -n $IMAGE_DIR ]]; then
     IMAGE_TMPDIR=$(mktemp -d "$IMAGE_DIR/guest-test-image.XXXXXX") || die "cannot create a directory in $IMAGE_DIR"
     IMAGE=$IMAGE_TMPDIR/disk.img
@@ -1075,6 +1201,8 @@ BACKEND_LOG=$WORK/backend.log
 
 if [[ $BACKEND == user ]]; then
     log "your daemon's socket: $SOCK ($([[ $DISK == sdhci ]] && echo 'serve --transport sdhci, vfio-user' || echo 'serve, vhost-user-blk')); no image or daemon of this run's own"
+elif [[ -n $USER_IMAGE && -e $USER_IMAGE ]]; then
+    log "image: $USER_IMAGE as it is (--image; kept after the run)"
 else
     cmd=$(expand_template "$IMAGE_CMD")
     log "image: $cmd"
@@ -1309,6 +1437,9 @@ allow_errors=
 # mmcblk0 errors are what the sdhci jobs report, not failures of the run.
 dmesg_allow=
 [[ $DISK != qemu-sdhci ]] || dmesg_allow='mmc0|mmcblk0'
+# jobs/mmc-utils.sh writes to the boot partition it has just write-protected: the
+# write must fail, and the kernel says so.
+[[ $JOBSET != mmc-utils ]] || dmesg_allow='I/O error, dev mmcblk0boot0, sector 0 op 0x1:\(WRITE\)'
 fio_jobs=$(IFS=,; echo "${FIO_JOBS[*]}")
 sh_jobs=$(IFS=,; echo "${SH_JOBS[*]}")
 parse=(python3 "$HERE/parse-fio.py" "$DATA" --jobs "$fio_jobs" --sh-jobs "$sh_jobs"
@@ -1340,6 +1471,28 @@ if [[ $JOBSET == faults ]]; then
         echo "faults: PASS"
     else
         echo "faults: FAIL (why: below)"
+    fi
+fi
+if [[ $JOBSET == mmc-test ]]; then
+    # Linux's mmc_test: the per-case table; on the daemon's card every case must do at
+    # least as well as guest-tests/mmc-test-expected.txt says (QEMU's card is reported).
+    echo
+    log "mmc_test (guest-tests/mmc-test-table.py)"
+    table=(python3 "$HERE/mmc-test-table.py" "$DATA" --markdown "$WORK/mmc-test.md"
+        --json "$WORK/mmc-test.json")
+    if [[ $DISK == sdhci ]]; then
+        table+=(--expect "$HERE/mmc-test-expected.txt"
+            --title "mmc_test on serve --transport sdhci, model $MODEL, $KVER")
+    else
+        table+=(--title "mmc_test on QEMU's sdhci-pci + emmc, $KVER")
+    fi
+    table_rc=0
+    "${table[@]}" || table_rc=$?
+    if [[ $table_rc != 0 ]]; then
+        failures+=("mmc_test: $([[ $DISK == sdhci ]] && echo 'a case did worse than guest-tests/mmc-test-expected.txt says' || echo 'the job did not run') (table above)")
+    fi
+    if [[ -n $SAVE_DIR ]]; then
+        cp "$WORK/mmc-test.md" "$WORK/mmc-test.json" "$SAVE_DIR/" 2>/dev/null || true
     fi
 fi
 if [[ $JOBSET == attach ]]; then
