@@ -81,6 +81,8 @@ def parse(text):
         elif line.startswith("MMCTEST-CAPACITY "):
             words = line.split()
             out["capacity"] = int(words[1]) if len(words) > 1 and words[1].isdigit() else None
+        elif line.startswith("MMCTEST-BUS "):
+            out["bus"] = line[len("MMCTEST-BUS "):].strip()
         elif line.startswith("MMCTEST-CASES"):
             out["selected"] = [int(w) for w in line.split()[1:] if w.isdigit()]
         elif line.startswith("MMCTEST-ERROR "):
@@ -234,11 +236,45 @@ def perf_text(parsed):
     return "\n".join("  ".join(f"{v:>{widths[i]}}" for i, v in enumerate(r)) for r in rows)
 
 
+# The cases whose transfers step through the sizes once each: one column apiece in the
+# by-size table.
+BY_SIZE = (("Single read performance by transfer size", "single read"),
+           ("Single write performance by transfer size", "single write"),
+           ("Consecutive read performance by transfer size", "consecutive read"),
+           ("Consecutive write performance by transfer size", "consecutive write"),
+           ("Random read performance by transfer size", "random read"),
+           ("Random write performance by transfer size", "random write"))
+
+
+def by_size(parsed):
+    """Markdown: KiB/s by transfer size for the by-size cases that ran ("" if none)."""
+    columns = []
+    for name, label in BY_SIZE:
+        case = next((c for c in parsed["cases"] if c["name"] == name and c["transfers"]), None)
+        if case:
+            rates = {}
+            for t in case["transfers"]:
+                rates.setdefault(t["sectors"], t["kib_s"])
+            columns.append((f"{label} ({case['number']})", rates))
+    if not columns:
+        return ""
+    sizes = sorted({sz for _, rates in columns for sz in rates})
+    out = ["| transfer | " + " | ".join(label for label, _ in columns) + " |",
+           "|---|" + "---|" * len(columns)]
+    for sz in sizes:
+        out.append(f"| {size_text(sz)} | "
+                   + " | ".join(str(rates.get(sz, "")) for _, rates in columns) + " |")
+    return "\n".join(out) + "\n"
+
+
 def markdown(parsed, title):
     out = [f"### {title}", "", "| # | case | result | time (s) |", "|---|---|---|---|"]
     for c in parsed["cases"]:
         t = "" if c["seconds"] is None else f"{c['seconds']:.2f}"
         out.append(f"| {c['number']} | {c['name']} | {c['result']} | {t} |")
+    pivot = by_size(parsed)
+    if pivot:
+        out += ["", "KiB/s by transfer size (mmc_test's figures):", "", pivot.rstrip("\n")]
     perf = list(perf_rows(parsed))
     if perf:
         out += ["", "| # | transfer | count | time (s) | KiB/s | IOPS |", "|---|---|---|---|---|---|"]

@@ -157,6 +157,10 @@ class CommandTest(unittest.TestCase):
             with open(md, encoding="utf-8") as f:
                 text = f.read()
             self.assertIn("| 33 | 0.5 KiB | 5617 | 10.001 | 280 | 561.67 |", text)
+            # By transfer size: single read (27) and random read (33) side by side.
+            self.assertIn("| transfer | single read (27) | random read (33) |", text)
+            self.assertIn("| 0.5 KiB | 293 | 280 |", text)
+            self.assertIn("| 4 MiB | 16384 |  |", text)
             with open(exp, "a", encoding="utf-8") as f:
                 f.write("52 | A case this kernel lacks | OK |\n")
             run = subprocess.run([sys.executable, os.path.join(HERE, "mmc-test-table.py"), log,

@@ -36,6 +36,9 @@ host=${card%%:*}
 # while mmc_block still holds the card.
 dev=${GT_DEV:-/dev/mmcblk0}
 echo "MMCTEST-CAPACITY $(cat "/sys/class/block/${dev##*/}/size" 2>/dev/null)"
+# The bus the MMC core chose (debugfs ios "timing spec: 8 (mmc DDR52)"), for the model's
+# prediction of the performance cases (guest-tests/mmc-test-vs-model.py).
+echo "MMCTEST-BUS $(sed -n 's/^timing spec:[[:space:]]*//p' "/sys/kernel/debug/$host/ios" 2>/dev/null)"
 if [ -e "/sys/bus/mmc/devices/$card/driver" ]; then
     drv=$(basename "$(readlink "/sys/bus/mmc/devices/$card/driver")")
     if [ "$drv" != mmc_test ]; then
@@ -70,7 +73,7 @@ if [ "$cases" = all ]; then
 else
     cases=$(echo "$cases" | tr ',' ' ')
 fi
-echo "MMCTEST-CASES" $cases
+echo "MMCTEST-CASES $(echo "$cases" | tr '\n' ' ')"
 rc=0
 for n in $cases; do
     # The kernel log lines this case adds: everything after this mark.
@@ -98,6 +101,7 @@ for n in $cases; do
     echo "MMCTEST-RESULT-END $n"
 done
 # Give the card back to mmc_block for the jobs after this one.
-echo "$card" >/sys/bus/mmc/drivers/mmc_test/unbind 2>/dev/null &&
+if echo "$card" >/sys/bus/mmc/drivers/mmc_test/unbind 2>/dev/null; then
     echo "$card" >/sys/bus/mmc/drivers/mmcblk/bind 2>/dev/null || true
+fi
 exit "$rc"
