@@ -103,5 +103,7 @@ echo "== guest-tests/test_mmc_test_table.py"
 python3 guest-tests/test_mmc_test_table.py
 echo "== guest-tests/test_mmc_utils_checks.py"
 python3 guest-tests/test_mmc_utils_checks.py
+echo "== guest-tests/test_mmc_test_build.py"
+python3 guest-tests/test_mmc_test_build.py
 
 echo "ci/test.sh: all passed"

@@ -10,11 +10,13 @@ pattern is `vhost-user-emmc simulate --workload seq-read|seq-write --bs SIZE --c
 model's card on the bus the guest's MMC core chose (the run's debugfs ios) and no host
 software time (a model file that extends M with such a host). The guest's
 figure also holds what the card does not: the SDHCI emulation under TCG, the vfio-user
-round trips and the guest's own request path. That part is shown per transfer
-(guest time minus model time, divided by the count): a constant there means the card's
-timing came through and the rest is the host's.
+round trips and the guest's own request path. That share is measured on its own by the
+same cases on the `ideal` model (zero card time: the guest's time per transfer less the
+bus time is the host's), given as --baseline; card time plus host time is then the
+prediction of what mmc_test reports, transfer by transfer.
 
-  mmc-test-vs-model.py --json mmc-test.json --model M [--bin PATH] [--markdown FILE]
+  mmc-test-vs-model.py --json mmc-test.json --model M [--baseline ideal.json]
+                       [--bin PATH] [--markdown FILE]
 
 mmc-test.json is mmc-test-table.py's --json of a `run-guest-test.sh --jobs mmc-test
 --model M` run (its --save directory has it).
@@ -49,6 +51,7 @@ def guest_bus_model(model, bus, directory):
         timing = "ddr52"
     else:
         timing = "hs"
+    os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, "guest-bus.toml")
     with open(path, "w", encoding="utf-8") as f:
         f.write(f'''name = "{model}-guest-bus"
@@ -68,10 +71,45 @@ def size_text(size):
     return f"{size // 1024} KiB" if size >= 1024 else f"{size} B"
 
 
+def transfers(parsed, path):
+    """{(direction, bytes): transfer} of the consecutive cases in one run's JSON."""
+    out = {}
+    for direction, name in CASES:
+        case = next((c for c in parsed["cases"] if c["name"] == name), None)
+        if case is None or case["result"] != "OK" or not case["transfers"]:
+            sys.exit(f"case {name!r} did not run or did not pass in {path}")
+        for t in case["transfers"]:
+            out[(direction, t["sectors"] * 512)] = t
+    return out
+
+
+def load(path, bus_override=None, capacity_override=None):
+    with open(path, encoding="utf-8") as f:
+        parsed = json.load(f)
+    capacity = capacity_override or parsed.get("capacity")
+    bus = bus_override or parsed.get("bus")
+    if not capacity or not bus:
+        sys.exit(f"{path} has no capacity or bus (MMCTEST-CAPACITY, MMCTEST-BUS): rerun the "
+                 "guest with this version, or pass --capacity and --bus")
+    return parsed, capacity, bus
+
+
+def card_seconds(binary, model_file, direction, t, capacity):
+    """The model's card time for one consecutive-case phase of transfer t."""
+    size = t["sectors"] * 512
+    area = size * t["count"]
+    # mmc_test_area_init: half the capacity, down to a multiple of the area.
+    dev_addr = capacity // 2
+    dev_addr -= dev_addr % (area // 512)
+    return simulate(binary, model_file, direction, size, t["count"], dev_addr * 512)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", required=True, help="mmc-test-table.py --json of the run")
     ap.add_argument("--model", required=True)
+    ap.add_argument("--baseline", help="--json of an `--model ideal` run (cases 30 and 31 "
+                    "suffice): the host's own time per transfer, which is added to the model's")
     ap.add_argument("--bin", default=os.path.join(os.path.dirname(HERE), "target", "release",
                                                   "vhost-user-emmc"))
     ap.add_argument("--markdown", help="write the table as markdown to this file")
@@ -80,42 +118,46 @@ def main():
     ap.add_argument("--capacity", type=int,
                     help="the card's sectors, for a run whose JSON lacks them")
     args = ap.parse_args()
-    with open(args.json, encoding="utf-8") as f:
-        parsed = json.load(f)
-    capacity = args.capacity or parsed.get("capacity")
-    if not capacity:
-        sys.exit("the run's JSON has no capacity (MMCTEST-CAPACITY): rerun with this version")
-    bus = parsed.get("bus") or args.bus
-    if not bus:
-        sys.exit("the run's JSON has no bus (MMCTEST-BUS): pass --bus, e.g. 'mmc DDR52'")
+    parsed, capacity, bus = load(args.json, args.bus, args.capacity)
     tmp = tempfile.mkdtemp(prefix="mmc-test-vs-model.")
-    model = guest_bus_model(args.model, bus, tmp)
+    model = guest_bus_model(args.model, bus, os.path.join(tmp, "m"))
+    run = transfers(parsed, args.json)
+    base = None
+    if args.baseline:
+        b_parsed, b_capacity, b_bus = load(args.baseline)
+        base = (transfers(b_parsed, args.baseline), b_capacity,
+                guest_bus_model("ideal", b_bus, os.path.join(tmp, "b")))
     rows = []
-    for direction, name in CASES:
-        case = next((c for c in parsed["cases"] if c["name"] == name), None)
-        if case is None or case["result"] != "OK" or not case["transfers"]:
-            sys.exit(f"case {name!r} did not run or did not pass in {args.json}")
-        for t in case["transfers"]:
-            size = t["sectors"] * 512
-            area = size * t["count"]
-            # mmc_test_area_init: half the capacity, down to a multiple of the area.
-            dev_addr = capacity // 2
-            dev_addr -= dev_addr % (area // 512)
-            model_s = simulate(args.bin, model, direction, size, t["count"], dev_addr * 512)
-            guest_kib = t["kib_s"]
-            model_kib = area / 1024 / model_s if model_s > 0 else 0.0
-            extra_us = (t["seconds"] - model_s) / t["count"] * 1e6
-            rows.append((direction, size_text(size), t["count"], guest_kib, model_kib,
-                         guest_kib / model_kib if model_kib else 0.0, extra_us))
-    head = ("| case | transfer | count | mmc_test in the guest (KiB/s) | model: simulate "
-            "(KiB/s) | guest / model | guest − model per transfer (µs) |")
-    out = [head, "|---|---|---|---|---|---|---|"]
-    for d, size, count, g, m, ratio, extra in rows:
-        out.append(f"| consecutive {d} | {size} | {count} | {g} | {m:.0f} | {ratio:.2f} | "
-                   f"{extra:.0f} |")
+    for (direction, size), t in run.items():
+        n = t["count"]
+        guest_us = t["seconds"] / n * 1e6
+        card_us = card_seconds(args.bin, model, direction, t, capacity) / n * 1e6
+        host_us = None
+        if base and (direction, size) in base[0]:
+            b = base[0][(direction, size)]
+            b_card = card_seconds(args.bin, base[2], direction, b, base[1]) / b["count"] * 1e6
+            host_us = b["seconds"] / b["count"] * 1e6 - b_card
+        rows.append((direction, size, n, t["kib_s"], guest_us, card_us, host_us))
     shutil.rmtree(tmp, ignore_errors=True)
-    text = (f"{args.model} on the guest's bus ({bus}); model: `simulate` on a fresh card\n\n"
-            + "\n".join(out) + "\n")
+    head = ["case", "transfer", "count", "mmc_test (KiB/s)", "µs per transfer, guest",
+            "card time the model predicts (µs)", "guest − card (µs)"]
+    if base:
+        head += ["host time, ideal run (µs)", "card + host (µs)", "guest vs card + host"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for d, size, n, kib, guest_us, card_us, host_us in rows:
+        cells = [f"consecutive {d}", size_text(size), str(n), str(kib), f"{guest_us:.0f}",
+                 f"{card_us:.0f}", f"{guest_us - card_us:.0f}"]
+        if base:
+            if host_us is None:
+                cells += ["", "", ""]
+            else:
+                pred = card_us + host_us
+                cells += [f"{host_us:.0f}", f"{pred:.0f}", f"{(guest_us - pred) / pred * 100:+.0f}%"]
+        out.append("| " + " | ".join(cells) + " |")
+    text = (f"{args.model}, the guest's bus: {bus}. Card time: `simulate` of the same "
+            "transfers on a fresh card, that bus, no host software time"
+            + (f"; host time: the `ideal` run ({args.baseline}) minus its own card time"
+               if base else "") + ".\n\n" + "\n".join(out) + "\n")
     sys.stdout.write(text)
     if args.markdown:
         with open(args.markdown, "w", encoding="utf-8") as f:
