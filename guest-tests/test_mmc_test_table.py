@@ -135,6 +135,35 @@ class CompareTest(unittest.TestCase):
                             for f in failures), failures)
 
 
+class ExpectTest(unittest.TestCase):
+    def test_a_model_line_replaces_the_line_for_all_models_on_that_model_only(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "e.txt")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write("# N | case | expected | reason\n"
+                        "48 | Commands during read | OK |\n"
+                        "48 | Commands during read | UNSUPPORTED (by card) | quirk | a-model, b\n")
+            self.assertEqual(table.read_expect(path)["Commands during read"], ("OK", ""))
+            self.assertEqual(table.read_expect(path, "generic")["Commands during read"][0], "OK")
+            self.assertEqual(table.read_expect(path, "b")["Commands during read"],
+                             ("UNSUPPORTED (by card)", "quirk"))
+
+
+class NothingMovedTest(unittest.TestCase):
+    def test_a_performance_case_that_moved_nothing_is_marked(self):
+        cases = [(35, "Large sequential read into scattered pages", [
+            "mmc0: Transfer of 0 x 1024 sectors (0 x 512 KiB) took 0.000027864 seconds "
+            "(0 kB/s, 0 KiB/s, 0.00 IOPS, sg_len 0)", "mmc0: Result: OK"]),
+                 (37, "Write performance with blocking req 4k to 4MB", ["mmc0: Result: OK"]),
+                 (1, "Basic write (no data verification)", ["mmc0: Result: OK"])]
+        parsed = table.parse(job_log(cases))
+        marked = {c["number"]: c["nothing_moved"] for c in parsed["cases"]}
+        self.assertEqual(marked, {1: False, 35: True, 37: True})
+        self.assertIn("OK, nothing transferred", table.text_table(parsed))
+        parsed = table.parse(job_log(CASES))
+        self.assertFalse(any(c["nothing_moved"] for c in parsed["cases"]))
+
+
 class CommandTest(unittest.TestCase):
     def test_exit_status_and_markdown(self):
         with tempfile.TemporaryDirectory() as d:
