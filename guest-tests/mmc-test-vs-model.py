@@ -42,27 +42,43 @@ def simulate(binary, model, direction, size, count, offset):
     return json.loads(run.stdout)["card_time_s"]
 
 
+def parse_bus(text):
+    """(timing, clock Hz, width) from the job's "timing=8 (mmc DDR52); clock=52000000;
+    width=8" (debugfs ios)."""
+    fields = dict(part.strip().split("=", 1) for part in text.split(";") if "=" in part)
+    spec = fields.get("timing", "")
+    if "HS200" in spec:
+        timing = "hs200"
+    elif "DDR52" in spec:
+        timing = "ddr52"
+    elif "high-speed" in spec:
+        timing = "hs"
+    else:
+        sys.exit(f"a bus the model comparison does not know: {text!r}")
+    try:
+        return timing, int(fields["clock"]), int(fields["width"])
+    except (KeyError, ValueError):
+        sys.exit(f"no clock or width in the bus {text!r}")
+
+
 def guest_bus_model(model, bus, directory):
     """A model file: `model` as the daemon serves it, on the bus the guest chose, without
     the model's host software time. Returns its path."""
-    if "HS200" in bus:
-        timing = "hs200"
-    elif "DDR52" in bus:
-        timing = "ddr52"
-    else:
-        timing = "hs"
+    timing, clock, width = parse_bus(bus)
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, "guest-bus.toml")
     with open(path, "w", encoding="utf-8") as f:
         f.write(f'''name = "{model}-guest-bus"
-description = "{model} on the bus the guest chose ({bus}), no host software time"
+description = "{model} on the bus the guest chose, no host software time"
 extends = "{model}"  # [assumed] the card as the daemon serves it
 
 [host]
 name = "guest-bus"
-description = "SDHCI, {timing}, 8-bit, no host software time"
+description = "SDHCI, {timing} at {clock} Hz, {width}-bit, no host software time"
 extends = "sdhci-hs52"  # [assumed] no host software time: the guest's is measured, not modelled
-timing = "{timing}"  # [assumed] the bus mode the guest's MMC core chose
+timing = "{timing}"  # [assumed] the bus mode the guest's MMC core chose (debugfs ios)
+clock_hz = {clock}  # [assumed] the clock it runs at (debugfs ios)
+bus_width = {width}  # [assumed] its data lines (debugfs ios)
 ''')
     return path
 
@@ -91,6 +107,8 @@ def load(path, bus_override=None, capacity_override=None):
     if not capacity or not bus:
         sys.exit(f"{path} has no capacity or bus (MMCTEST-CAPACITY, MMCTEST-BUS): rerun the "
                  "guest with this version, or pass --capacity and --bus")
+    if "clock=" not in bus:
+        sys.exit(f"{path}: the bus {bus!r} lacks its clock: rerun the guest with this version")
     return parsed, capacity, bus
 
 
@@ -113,8 +131,8 @@ def main():
     ap.add_argument("--bin", default=os.path.join(os.path.dirname(HERE), "target", "release",
                                                   "vhost-user-emmc"))
     ap.add_argument("--markdown", help="write the table as markdown to this file")
-    ap.add_argument("--bus", help="the guest's bus (debugfs ios timing spec), for a run whose "
-                    "JSON lacks it")
+    ap.add_argument("--bus", help="the guest's bus as the job prints it ('timing=8 (mmc DDR52); "
+                    "clock=52000000; width=8'), for a run whose JSON lacks it")
     ap.add_argument("--capacity", type=int,
                     help="the card's sectors, for a run whose JSON lacks them")
     args = ap.parse_args()

@@ -36,9 +36,13 @@ host=${card%%:*}
 # while mmc_block still holds the card.
 dev=${GT_DEV:-/dev/mmcblk0}
 echo "MMCTEST-CAPACITY $(cat "/sys/class/block/${dev##*/}/size" 2>/dev/null)"
-# The bus the MMC core chose (debugfs ios "timing spec: 8 (mmc DDR52)"), for the model's
-# prediction of the performance cases (guest-tests/mmc-test-vs-model.py).
-echo "MMCTEST-BUS $(sed -n 's/^timing spec:[[:space:]]*//p' "/sys/kernel/debug/$host/ios" 2>/dev/null)"
+# The bus the MMC core chose (debugfs ios: "timing spec: 8 (mmc DDR52)", "actual clock:
+# 52000000 Hz", "bus width: 3 (8 bits)"), for the model's prediction of the performance
+# cases (guest-tests/mmc-test-vs-model.py).
+ios=/sys/kernel/debug/$host/ios
+echo "MMCTEST-BUS timing=$(sed -n 's/^timing spec:[[:space:]]*//p' "$ios" 2>/dev/null);" \
+    "clock=$(sed -n 's/^actual clock:[[:space:]]*\([0-9]*\).*/\1/p' "$ios" 2>/dev/null);" \
+    "width=$(sed -n 's/^bus width:[[:space:]]*[0-9]* (\([0-9]*\) bits)/\1/p' "$ios" 2>/dev/null)"
 if [ -e "/sys/bus/mmc/devices/$card/driver" ]; then
     drv=$(basename "$(readlink "/sys/bus/mmc/devices/$card/driver")")
     if [ "$drv" != mmc_test ]; then
