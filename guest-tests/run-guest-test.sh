@@ -657,23 +657,24 @@ fetch_kernel() {
     unpack_kernel "$kdir" "$deb"
 }
 
-# --kernel-build: the user's kernel. Its modules are installed from the build directory
-# (make modules_install, stripped) into the cache, again whenever the kernel image is
-# newer than the last install.
+# --kernel-build: the user's kernel. Its image is copied and its modules are installed
+# from the build directory (make modules_install, stripped) into the cache (which QEMU
+# 11.1's root can see), again whenever the kernel image is newer than the last copy.
 fetch_kernel_build() {
-    local kdir stamp
+    local kdir stamp image=$KERNEL_BUILD/arch/x86/boot/bzImage
     KVER=$(cat "$KERNEL_BUILD/include/config/kernel.release")
-    VMLINUZ=$KERNEL_BUILD/arch/x86/boot/bzImage
     kdir=$CACHE/kernel/build-$(printf '%s' "$KERNEL_BUILD" | sha256sum | cut -c1-12)
     KROOT=$kdir/root
-    stamp="$KVER $(stat -c %Y "$VMLINUZ")"
+    VMLINUZ=$kdir/bzImage
+    stamp="$KVER $(stat -c %Y "$image")"
     KERNEL_FROM_CACHE=1
-    if [[ -f $kdir/.ready && $(cat "$kdir/.ready") == "$stamp" ]]; then
+    if [[ -f $kdir/.ready && -f $VMLINUZ && $(cat "$kdir/.ready") == "$stamp" ]]; then
         return 0
     fi
     KERNEL_FROM_CACHE=0
     rm -rf "$kdir"
     mkdir -p "$KROOT"
+    cp "$image" "$VMLINUZ"
     if grep -q '^CONFIG_MODULES=y' "$KERNEL_BUILD/.config"; then
         log "installing the modules of $KERNEL_BUILD (make modules_install) $(elapsed)"
         make -s -C "$KERNEL_BUILD" modules_install INSTALL_MOD_PATH="$KROOT" INSTALL_MOD_STRIP=1 \
@@ -1130,6 +1131,8 @@ step_start
 if [[ -n $KERNEL_BUILD ]]; then fetch_kernel_build; else fetch_kernel; fi
 if [[ $KERNEL_FROM_CACHE == 1 ]]; then
     log "kernel: $KERNEL_PKG (cached) $(elapsed)"
+elif [[ -n $KERNEL_BUILD ]]; then
+    log "kernel: $KERNEL_PKG (image copied, modules installed in $(step_took)) $(elapsed)"
 else
     log "kernel: $KERNEL_PKG (fetched and unpacked in $(step_took)) $(elapsed)"
 fi
