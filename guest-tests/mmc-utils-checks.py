@@ -6,7 +6,7 @@ the guest read it after each step, against the daemon's command log, and against
   mmc-utils-checks.py --boot1 DATA_LOG --boot2 DATA_LOG --cmd-log CMD_LOG --inspect FILE
 
 DATA_LOG: the results port's log of each boot (jobs/card-rpmb.sh and jobs/mmc-utils.sh,
-then jobs/mmc-utils-after.sh); CMD_LOG: the first boot's daemon command log; FILE: inspect
+then jobs/mmc-utils.sh again with GT_MMCU_BOOT=2); CMD_LOG: the first boot's daemon command log; FILE: inspect
 of the image after the second boot. Prints one line per check; exit status 1 if any failed.
 """
 
@@ -159,10 +159,10 @@ def main():
     ok, why = status_is_tran(out.get("status-end"))
     c.check(steps.get("status-end") == 0 and ok, "mmc status get at the end: tran", why)
 
-    body2, rc2 = job_output(boot2, "mmc-utils-after")
+    body2, rc2 = job_output(boot2, "mmc-utils")
     steps2, ext2, sizes2, out2 = parse_job(body2)
-    print("second boot, after the daemon's power cycle (jobs/mmc-utils-after.sh):")
-    c.check(body2 is not None and rc2 == 0, "the mmc-utils-after job ran", f"rc={rc2}")
+    print("second boot, after the daemon's power cycle (jobs/mmc-utils.sh, GT_MMCU_BOOT=2):")
+    c.check(body2 is not None and rc2 == 0, "the mmc-utils job ran", f"rc={rc2}")
     gp0 = sizes2.get("gp0")
     c.check(gp0 == GP1_KIB * 2, f"/dev/mmcblk0gp0 is there, {GP1_KIB} KiB",
             f"{gp0} sectors" if gp0 else "absent")

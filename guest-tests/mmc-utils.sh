@@ -11,7 +11,8 @@
 # enh_area set (one-time partitioning); sanitize (jobs/mmc-utils.sh). The daemon stops
 # with the guest. Boot 2 (--jobs mmc-utils-after, the same image, a new daemon): the
 # partitioning in effect, power-on write protection gone, the rest kept
-# (jobs/mmc-utils-after.sh). Then guest-tests/mmc-utils-checks.py. About 2 minutes.
+# (jobs/mmc-utils.sh with GT_MMCU_BOOT=2). Then guest-tests/mmc-utils-checks.py. About
+# a minute.
 # Exit status: 0 pass, 1 a check failed, 2 setup error.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

@@ -447,12 +447,12 @@ mmc-test)
     ;;
 mmc-utils | mmc-utils-after)
     # guest-tests/mmc-utils.sh: mmc-utils against the card in two boots on one image
-    # (--image), the daemon power-cycled between them (jobs/mmc-utils.sh and
-    # jobs/mmc-utils-after.sh say what each does).
+    # (--image), the daemon power-cycled between them (jobs/mmc-utils.sh says what each
+    # boot does).
     if [[ $JOBSET == mmc-utils ]]; then
-        GT=([GT_JOBS]="sdhci-probe,card-rpmb,mmc-utils")
+        GT=([GT_JOBS]="sdhci-probe,card-rpmb,mmc-utils" [GT_MMCU_BOOT]=1)
     else
-        GT=([GT_JOBS]="sdhci-probe,mmc-utils-after")
+        GT=([GT_JOBS]="sdhci-probe,mmc-utils" [GT_MMCU_BOOT]=2)
     fi
     GT+=([GT_DEV]=/dev/mmcblk0 [GT_BOUND]=60)
     : "${TIMEOUT:=300}"

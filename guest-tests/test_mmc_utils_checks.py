@@ -50,7 +50,7 @@ def boot2(gp0=16384, boot_wp=0, counter=1, write_boot0=0):
               f"MMCU-STEP write-boot0 rc={write_boot0}",
               f"Counter value: 0x{counter:08x}", "MMCU-STEP rpmb-counter rc=0",
               f"MMCU-EXTCSD after {ext(o174=boot_wp, o179=0x48, o163=1, o155=1)}"]
-    return "@@GT-SH-BEGIN mmc-utils-after@@\n" + "\n".join(lines) + "\n@@GT-SH-END mmc-utils-after rc=0@@\n"
+    return "@@GT-SH-BEGIN mmc-utils@@\n" + "\n".join(lines) + "\n@@GT-SH-END mmc-utils rc=0@@\n"
 
 
 CMDLOG = ("1 CMD6 SWITCH arg=0x03a50101 write-byte SANITIZE_START[165]=0x01 R1 0x00000900 tran "

@@ -1,14 +1,22 @@
-# mmc-utils against the card, first boot (guest-tests/mmc-utils.sh; RPMB is
-# jobs/card-rpmb.sh, run before this one): status, boot partition write protection
-# (power-on, until the next power cycle), the boot partition enabled for boot, the
-# cache off and on, BKOPS enabled, a general purpose partition and an enhanced user
-# area (one-time partitioning: in effect only after the daemon's next power cycle,
-# which guest-tests/mmc-utils.sh makes before jobs/mmc-utils-after.sh), sanitize.
-# Each step prints the command's output and EXT_CSD afterwards as a fresh CMD8 read
-# through debugfs, one line the host parses (guest-tests/mmc-utils-checks.py):
+# mmc-utils against the card, in the two boots of guest-tests/mmc-utils.sh.
+#
+# GT_MMCU_BOOT=1 (the first; RPMB is jobs/card-rpmb.sh, run before this one): status,
+# boot partition write protection (power-on, until the next power cycle), the boot
+# partition enabled for boot, the cache off and on, BKOPS enabled, a general purpose
+# partition and an enhanced user area (one-time partitioning: in effect only after the
+# daemon's next power cycle, which guest-tests/mmc-utils.sh makes between the boots),
+# sanitize.
+# GT_MMCU_BOOT=2 (the daemon stopped and started on the same image since): the
+# partitioning in effect (/dev/mmcblk0gp0, a smaller user area), power-on write
+# protection gone, the one-time and non-volatile settings and the RPMB counter kept.
+#
+# Each step prints the command's output and, where it matters, EXT_CSD afterwards as a
+# fresh CMD8 read through debugfs, in lines the host parses
+# (guest-tests/mmc-utils-checks.py):
 #   MMCU-STEP <name> rc=<rc>
 #   MMCU-EXTCSD <name> <1024 hex digits>
-# Fails (exit 1) only when a step cannot run at all; the host judges the results.
+#   MMCU-SIZE <user|gp0..gp3> <sectors>
+# Fails (exit 1) only when it cannot run at all; the host judges the results.
 # shellcheck shell=sh
 dev=${GT_DEV:-/dev/mmcblk0}
 b=${GT_BOUND:-60}
@@ -41,7 +49,24 @@ write4k() {
     echo "MMCU-STEP $name rc=$rc"
 }
 
-echo "MMCU-SIZE user $(cat /sys/class/block/mmcblk0/size)"
+echo "MMCU-SIZE user $(cat "/sys/class/block/${dev##*/}/size")"
+echo 0 >/sys/block/mmcblk0boot0/force_ro
+echo 0 >/sys/block/mmcblk0boot1/force_ro
+
+if [ "${GT_MMCU_BOOT:-1}" = 2 ]; then
+    for p in gp0 gp1 gp2 gp3; do
+        [ -e "/sys/class/block/mmcblk0$p/size" ] &&
+            echo "MMCU-SIZE $p $(cat "/sys/class/block/mmcblk0$p/size")"
+    done
+    ls -l /dev/mmcblk0*
+    step status mmc status get "$dev"
+    step wp-get mmc writeprotect boot get "$dev"
+    write4k write-boot0 /dev/mmcblk0boot0
+    step rpmb-counter mmc rpmb read-counter /dev/mmcblk0rpmb
+    extcsd after
+    exit 0
+fi
+
 step status mmc status get "$dev"
 extcsd start
 
@@ -51,8 +76,6 @@ step wp-get mmc writeprotect boot get "$dev"
 step wp-set mmc writeprotect boot set "$dev" 0
 step wp-get-after mmc writeprotect boot get "$dev"
 extcsd wp-set
-echo 0 >/sys/block/mmcblk0boot0/force_ro
-echo 0 >/sys/block/mmcblk0boot1/force_ro
 write4k write-boot0 /dev/mmcblk0boot0
 write4k write-boot1 /dev/mmcblk0boot1
 
