@@ -228,13 +228,17 @@ mod tests {
         assert!(fresh.contains("RPMB: authentication key not programmed, write counter 0"));
         assert!(fresh.contains("CMD42 password: none"));
         assert!(!fresh.contains("gp1"));
-        let mut s = PersistentState::default();
-        s.gp_sectors = [16384, 0, 0, 0];
-        s.partitioning_applied = true;
-        s.rpmb.key = Some([7; crate::rpmb::KEY_LEN]);
-        s.rpmb.write_counter = 3;
-        s.password = Some("0102".into());
-        s.boot_wp_permanent = [false, true];
+        let s = PersistentState {
+            gp_sectors: [16384, 0, 0, 0],
+            partitioning_applied: true,
+            rpmb: RpmbPersistent {
+                key: Some([7; crate::rpmb::KEY_LEN]),
+                write_counter: 3,
+            },
+            password: Some("0102".into()),
+            boot_wp_permanent: [false, true],
+            ..PersistentState::default()
+        };
         card.apply_persistent(s).unwrap();
         let text = card.describe_saved_state();
         assert!(text.contains(", gp1 8192 KiB"), "{text}");
