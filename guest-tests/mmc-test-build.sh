@@ -148,11 +148,21 @@ command -v apt-get >/dev/null || die "apt-get is needed"
 
 rm -rf "$DIR"
 mkdir -p "$DIR/dl" "$DIR/root"
+# apt-get download, after an apt-get update if the package lists do not have the
+# packages (a fresh machine), once.
+UPDATED=0
 download() {
-    (cd "$DIR/dl" && apt-get -q -o APT::Sandbox::User=root download "$@" >"$DIR/apt.log" 2>&1) || {
+    if ! (cd "$DIR/dl" && apt-get -q -o APT::Sandbox::User=root download "$@" >"$DIR/apt.log" 2>&1); then
+        if [[ $UPDATED == 0 && $EUID == 0 ]]; then
+            UPDATED=1
+            say "apt-get update"
+            apt-get update -q >"$DIR/apt.log" 2>&1 || true
+            download "$@"
+            return
+        fi
         tail -n 5 "$DIR/apt.log" >&2
-        die "apt-get download $* failed (run apt-get update; is Debian $SRCVER still on the mirror?)"
-    }
+        die "apt-get download $* failed (is Debian $SRCVER still on the mirror? as root, apt-get update first)"
+    fi
 }
 say "fetching linux-headers-$KREL and $SRCPKG at $SRCVER (about 150 MB)"
 download "linux-headers-$KREL=$SRCVER" "$SRCPKG=$SRCVER"
