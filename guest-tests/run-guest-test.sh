@@ -310,7 +310,7 @@ if [[ -n $USER_SOCKET ]]; then
     esac
     [[ -z $JOBSET || $JOBSET == attach ]] || die "--socket runs the attach check only, not --jobs $JOBSET"
     [[ -z $BACKEND_CMD && -z $IMAGE_CMD && -z $SERVE_ARGS && -z $IMAGE_DIR && -z $USER_IMAGE ]] ||
-        die "--socket boots on your daemon: --backend-cmd, --image-cmd, --serve-args and --image-dir do not apply"
+        die "--socket boots on your daemon: --backend-cmd, --image-cmd, --serve-args, --image-dir and --image do not apply"
     if ! [[ -S $USER_SOCKET ]]; then
         [[ -e $USER_SOCKET ]] && die "$USER_SOCKET is not a socket"
         die "no socket at $USER_SOCKET: start the daemon first (vhost-user-emmc serve$([[ $DISK == sdhci ]] && echo ' --transport sdhci') --socket $USER_SOCKET --image IMAGE)"
