@@ -10,10 +10,13 @@ mmc_test computed them) follow in a second table.
 With --expect FILE the results are compared with the expected ones by case name (the
 numbers differ between kernels): a case whose result is worse than expected, or that
 did not run, fails the run (exit status 1); a better one is reported so that the
-expectations can be raised. Results from worst to best: MISSING, HUNG, ERROR, PREPARE
-FAILED, FAILED, UNSUPPORTED (by host), UNSUPPORTED (by card), OK.
+expectations can be raised. Results from worst to best: MISSING (or NOT RUN), HUNG,
+ERROR, PREPARE FAILED, FAILED, UNSUPPORTED (by host), UNSUPPORTED (by card), OK. Lines
+of the expectations file with a fifth column hold only for the models it names
+(--model). A performance case that reports OK without moving a byte is shown as
+"OK, nothing transferred".
 
-  mmc-test-table.py DATA_LOG [--expect FILE] [--markdown FILE] [--json FILE]
+  mmc-test-table.py DATA_LOG [--expect FILE [--model M]] [--markdown FILE] [--json FILE]
                              [--title TEXT]
   mmc-test-table.py --side-by-side [--expect FILE] LABEL=RUN.json LABEL=RUN.json ...
       (the results of several runs' --json files as one markdown table)
