@@ -12,7 +12,7 @@
 # Targets: card_commands packed_header rpmb_frames blk_chain mmc_chain model_toml.
 # Exit status is non-zero when any target crashed.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 
 seconds=600
 stable=0
