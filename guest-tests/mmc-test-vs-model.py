@@ -10,13 +10,16 @@ pattern is `vhost-user-emmc simulate --workload seq-read|seq-write --bs SIZE --c
 model's card on the bus the guest's MMC core chose (the run's debugfs ios) and no host
 software time (a model file that extends M with such a host). The guest's
 figure also holds what the card does not: the SDHCI emulation under TCG, the vfio-user
-round trips and the guest's own request path. That share is measured on its own by the
+round trips and the guest's own request path. With --cmd-log (the run's daemon command
+log) the card time the daemon charged for those very commands stands beside the
+prediction: the two agreeing means the model's time reached the guest intact. The host's
+share is measured on its own by the
 same cases on the `ideal` model (zero card time: the guest's time per transfer less the
 bus time is the host's), given as --baseline; card time plus host time is then the
 prediction of what mmc_test reports, transfer by transfer.
 
   mmc-test-vs-model.py --json mmc-test.json --model M [--baseline ideal.json]
-                       [--bin PATH] [--markdown FILE]
+                       [--cmd-log cmd.log] [--bin PATH] [--markdown FILE]
 
 mmc-test.json is mmc-test-table.py's --json of a `run-guest-test.sh --jobs mmc-test
 --model M` run (its --save directory has it).
@@ -25,6 +28,7 @@ mmc-test.json is mmc-test-table.py's --json of a `run-guest-test.sh --jobs mmc-t
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -99,6 +103,55 @@ def transfers(parsed, path):
     return out
 
 
+CMDLOG_LINE = re.compile(r"^(\d+) CMD(\d+) .*\bdur=(\d+)")
+CMDLOG_DATA = re.compile(r"\bdata=(read|write):(\d+)x512\b")
+
+
+def daemon_card_times(path, groups):
+    """The card time the daemon charged for each group, from its command log
+    (`serve --cmd-log`): groups is [((direction, sectors, count), key)] in the order the
+    guest ran them. A group is the next `count` data commands of that direction and
+    length (the last `count` of such a run, as mmc_test's random write case repeats its
+    warm-up); its time is the sum of their `dur` and of the commands between and after
+    them (CMD12's busy, CMD13 polls), up to the next data command or erase. Returns
+    {key: seconds}; a group it cannot find is left out."""
+    cmds = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            m = CMDLOG_LINE.match(line)
+            if m:
+                data = CMDLOG_DATA.search(line)
+                cmds.append((int(m.group(2)), data.group(1) if data else None,
+                             int(data.group(2)) if data else 0, int(m.group(3))))
+    out = {}
+    i = 0
+    for (direction, sectors, count), key in groups:
+        # The next run of data commands of this shape at least `count` long (shorter ones,
+        # such as the partition scan's reads at boot, are passed over).
+        while i < len(cmds):
+            while i < len(cmds) and not (cmds[i][1] == direction and cmds[i][2] == sectors):
+                i += 1
+            run = []
+            j = i
+            while j < len(cmds):
+                op, d, n, _ = cmds[j]
+                if d is not None:
+                    if d != direction or n != sectors:
+                        break
+                    run.append(j)
+                elif op in (35, 36, 38):
+                    break
+                j += 1
+            if len(run) >= count:
+                first = run[-count]
+                total = sum(c[3] for c in cmds[first:j] if c[0] not in (35, 36, 38))
+                out[key] = total / 1e9
+                i = j
+                break
+            i = max(j, i + 1)
+    return out
+
+
 def load(path, bus_override=None, capacity_override=None):
     with open(path, encoding="utf-8") as f:
         parsed = json.load(f)
@@ -128,6 +181,8 @@ def main():
     ap.add_argument("--model", required=True)
     ap.add_argument("--baseline", help="--json of an `--model ideal` run (cases 30 and 31 "
                     "suffice): the host's own time per transfer, which is added to the model's")
+    ap.add_argument("--cmd-log", help="the run's command log (its --save directory has it): "
+                    "adds the card time the daemon charged for the same transfers")
     ap.add_argument("--bin", default=os.path.join(os.path.dirname(HERE), "target", "release",
                                                   "vhost-user-emmc"))
     ap.add_argument("--markdown", help="write the table as markdown to this file")
@@ -145,26 +200,37 @@ def main():
         b_parsed, b_capacity, b_bus = load(args.baseline)
         base = (transfers(b_parsed, args.baseline), b_capacity,
                 guest_bus_model("ideal", b_bus, os.path.join(tmp, "b")))
+    charged = {}
+    if args.cmd_log:
+        charged = daemon_card_times(args.cmd_log, [((d, t["sectors"], t["count"]), (d, size))
+                                                   for (d, size), t in run.items()])
     rows = []
     for (direction, size), t in run.items():
         n = t["count"]
         guest_us = t["seconds"] / n * 1e6
         card_us = card_seconds(args.bin, model, direction, t, capacity) / n * 1e6
+        daemon_us = charged[(direction, size)] / n * 1e6 if (direction, size) in charged else None
         host_us = None
         if base and (direction, size) in base[0]:
             b = base[0][(direction, size)]
             b_card = card_seconds(args.bin, base[2], direction, b, base[1]) / b["count"] * 1e6
             host_us = b["seconds"] / b["count"] * 1e6 - b_card
-        rows.append((direction, size, n, t["kib_s"], guest_us, card_us, host_us))
+        rows.append((direction, size, n, t["kib_s"], guest_us, card_us, host_us, daemon_us))
     shutil.rmtree(tmp, ignore_errors=True)
     head = ["case", "transfer", "count", "mmc_test (KiB/s)", "µs per transfer, guest",
-            "card time the model predicts (µs)", "guest − card (µs)"]
+            "card time the model predicts (µs)"]
+    if args.cmd_log:
+        head += ["card time the daemon charged (µs)"]
+    head += ["guest − card (µs)"]
     if base:
         head += ["host time, ideal run (µs)", "card + host (µs)", "guest vs card + host"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for d, size, n, kib, guest_us, card_us, host_us in rows:
+    for d, size, n, kib, guest_us, card_us, host_us, daemon_us in rows:
         cells = [f"consecutive {d}", size_text(size), str(n), str(kib), f"{guest_us:.0f}",
-                 f"{card_us:.0f}", f"{guest_us - card_us:.0f}"]
+                 f"{card_us:.0f}"]
+        if args.cmd_log:
+            cells.append("" if daemon_us is None else f"{daemon_us:.0f}")
+        cells.append(f"{guest_us - card_us:.0f}")
         if base:
             if host_us is None:
                 cells += ["", "", ""]
