@@ -11,8 +11,17 @@ of the image after the second boot. Prints one line per check; exit status 1 if 
 """
 
 import argparse
+import importlib.util
+import os
 import re
 import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# sdhci-checks.py's parser of `inspect` output (its EXT_CSD bytes), shared rather than
+# written again.
+_spec = importlib.util.spec_from_file_location("sdhci_checks", os.path.join(HERE, "sdhci-checks.py"))
+sdhci_checks = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(sdhci_checks)
 
 GP1_KIB = 8192  # jobs/mmc-utils.sh: mmc gp create -c 8192 1 0 0
 ENH_KIB = 4096  # mmc enh_area set -y 0 4096
@@ -60,19 +69,14 @@ def le(e, offset, n):
     return int.from_bytes(e[offset:offset + n], "little")
 
 
-def inspect_fields(text):
-    """{FIELD: raw text} and the card state lines of `inspect --image`."""
-    fields = {}
-    for line in text.splitlines():
-        m = re.match(r"^\s+([A-Z0-9_]+) \[(\d+)\]: (\S+(?: \S+)*?)\s{2,}", line)
-        if m:
-            fields[m.group(1)] = m.group(3)
+def card_state(text):
+    """The "Card state" lines of `inspect --image` that the checks read."""
     state = {}
     for line in text.splitlines():
         m = re.match(r"^\s+(partitions|partitioning|RPMB): (.*)$", line)
         if m:
             state[m.group(1)] = m.group(2)
-    return fields, state
+    return state
 
 
 class Checks:
@@ -106,8 +110,9 @@ def main():
         boot2 = f.read()
     with open(args.cmd_log, encoding="utf-8", errors="replace") as f:
         cmds = f.read().splitlines()
+    after, _, _ = sdhci_checks.parse_inspect(args.inspect)
     with open(args.inspect, encoding="utf-8", errors="replace") as f:
-        fields, state = inspect_fields(f.read())
+        state = card_state(f.read())
     c = Checks()
 
     body, rc = job_output(boot1, "mmc-utils")
@@ -184,16 +189,16 @@ def main():
     c.check(steps2.get("status") == 0 and ok, "mmc status get: tran", why)
 
     print("vhost-user-emmc inspect --image, after both boots:")
-    c.check(fields.get("PARTITION_CONFIG", "").startswith("0x48"), "PARTITION_CONFIG 0x48",
-            fields.get("PARTITION_CONFIG"))
-    c.check(fields.get("BKOPS_EN", "").startswith("0x01"), "BKOPS_EN 0x01", fields.get("BKOPS_EN"))
-    c.check(fields.get("PARTITION_SETTING_COMPLETED", "").startswith("0x01"),
-            "PARTITION_SETTING_COMPLETED 0x01", fields.get("PARTITION_SETTING_COMPLETED"))
-    c.check(fields.get("BOOT_WP_STATUS", "").startswith("0x00"),
+    c.check(after[PARTITION_CONFIG] == 0x48, "PARTITION_CONFIG 0x48",
+            f"{after[PARTITION_CONFIG]:#04x}")
+    c.check(after[BKOPS_EN] == 0x01, "BKOPS_EN 0x01", f"{after[BKOPS_EN]:#04x}")
+    c.check(after[PARTITION_SETTING_COMPLETED] == 0x01, "PARTITION_SETTING_COMPLETED 0x01",
+            f"{after[PARTITION_SETTING_COMPLETED]:#04x}")
+    c.check(after[BOOT_WP_STATUS] == 0x00,
             "BOOT_WP_STATUS 0x00 (power-on protection does not outlive power)",
-            fields.get("BOOT_WP_STATUS"))
-    c.check(fields.get("CACHE_CTRL", "").startswith("0x00"),
-            "CACHE_CTRL 0x00 (volatile: off at power-up)", fields.get("CACHE_CTRL"))
+            f"{after[BOOT_WP_STATUS]:#04x}")
+    c.check(after[CACHE_CTRL] == 0x00, "CACHE_CTRL 0x00 (volatile: off at power-up)",
+            f"{after[CACHE_CTRL]:#04x}")
     parts = state.get("partitions", "")
     c.check(f"gp1 {GP1_KIB} KiB" in parts and u2 is not None and f"user {u2 // 2} KiB" in parts,
             "partitions: GP1 and the user area as the guest sees them", parts)

@@ -58,12 +58,17 @@ CMDLOG = ("1 CMD6 SWITCH arg=0x03a50101 write-byte SANITIZE_START[165]=0x01 R1 0
 
 
 def inspect(partitioning="completed, in effect", counter=1, boot_wp="0x00"):
+    """`inspect --image` output, as much of it as the checks read (the other EXT_CSD
+    fields are 0)."""
     user_kib = (USER - 16384) // 2
-    return (f"  CACHE_CTRL [33]: 0x00       R/W/E_P  cache off\n"
-            f"  PARTITION_SETTING_COMPLETED [155]: 0x01       R/W      completed\n"
-            f"  BKOPS_EN [163]: 0x01       R/W      manual\n"
+    return ("EXT_CSD: revision 6\n"
+            " Modes segment [0-191]\n"
+            "  CACHE_CTRL [33]: 0x00       R/W/E_P  cache off\n"
+            "  PARTITION_SETTING_COMPLETED [155]: 0x01       R/W      completed\n"
+            "  BKOPS_EN [163]: 0x01       R/W      manual\n"
             f"  BOOT_WP_STATUS [174]: {boot_wp}       R        x\n"
-            f"  PARTITION_CONFIG [179]: 0x48       R/W/E & R/W/E_P  boot 1\n"
+            "  PARTITION_CONFIG [179]: 0x48       R/W/E & R/W/E_P  boot 1\n"
+            " Reserved bytes: all 0\n\n"
             "Card state (kept with the image):\n"
             f"  partitions: user {user_kib} KiB, boot1 4096 KiB, boot2 4096 KiB, rpmb 4096 KiB, "
             "gp1 8192 KiB\n"
