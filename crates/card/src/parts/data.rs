@@ -323,13 +323,9 @@ impl DataTransfer {
         match &self.transfer {
             Transfer::None => None,
             Transfer::ReadSectors(sr) => sr.bounded.then(|| sr.remaining()),
-            Transfer::ReadBuffer { block_len, pos } => {
-                let block_len = if *block_len == 0 {
-                    self.block_len as usize
-                } else {
-                    *block_len
-                };
-                Some((self.read_buf.len().saturating_sub(*pos) / block_len.max(1)) as u64)
+            Transfer::ReadBuffer { pos, .. } => {
+                let block_len = self.transfer_block_len().unwrap_or(SECTOR).max(1);
+                Some((self.read_buf.len().saturating_sub(*pos) / block_len) as u64)
             }
             Transfer::WriteSectors(sw) => sw.count.map(|c| c.saturating_sub(sw.received)),
             Transfer::WriteBuffer { .. } => Some(1),
