@@ -530,6 +530,18 @@ fn more_blocks_than_the_command_moves_time_out_and_leave_the_card_in_tran() {
     assert_eq!(done.bytes_xfered, 0);
     assert_eq!(s.card.state(), CardState::Tran);
 
+    // CMD8 with two blocks: the EXT_CSD block comes, then nothing.
+    let mut buf = vec![0u8; 1024];
+    let mut sg = [&mut buf[..]];
+    let done = s.request(MmcRequest {
+        sbc: None,
+        cmd: r1(ResponseType::R1, 8, 0),
+        data: Some(MmcData::read(512, 2, &mut sg)),
+        stop: None,
+    });
+    assert_eq!(done.data_error, Some(SdhciError::DataTimeout), "{done:?}");
+    assert_eq!(s.card.state(), CardState::Tran);
+
     // CMD13 with a block to read: an R1, no data.
     let mut buf = vec![0u8; 512];
     let mut sg = [&mut buf[..]];
