@@ -227,8 +227,13 @@ impl Completions {
         // A spurious wake-up reads EAGAIN.
         let expired = self.timer.wait().is_ok_and(|n| n > 0);
         // Only a real expiry says how late the timer woke us (after a spurious wake-up,
-        // or one whose timer was re-armed meanwhile, there is none).
-        if let Some(armed) = self.armed.take().filter(|_| expired) {
+        // or one whose timer was re-armed meanwhile, there is none), and only an expiry
+        // disarms it: after a spurious wake-up it stays armed, and is cleared when
+        // nothing is left to wait for.
+        if !expired {
+            return;
+        }
+        if let Some(armed) = self.armed.take() {
             let late = Instant::now().saturating_duration_since(armed);
             self.stats.wake_late.record(late.as_nanos() as u64);
             self.woken = Some(armed);
@@ -255,15 +260,16 @@ impl Completions {
         // Bit q: queue q got used entries.
         let mut used = 0u64;
         while let Some(p) = self.pending.front().copied() {
-            let now = Instant::now();
+            let mut now = Instant::now();
             if p.due > now + self.spin.get() {
                 break;
             }
             self.ready();
-            while Instant::now() < p.due {
+            while now < p.due {
                 std::hint::spin_loop();
+                now = Instant::now();
             }
-            let late = Instant::now().saturating_duration_since(p.due).as_nanos() as u64;
+            let late = now.saturating_duration_since(p.due).as_nanos() as u64;
             self.stats.late.record(late);
             self.stats.completed += 1;
             self.pending.pop_front();
@@ -305,10 +311,13 @@ impl Completions {
                 self.timer.reset(wait, None)?;
                 self.armed = Some(now + wait);
             }
-            None => {
+            // Disarming is a system call: skip it when nothing is armed, as on every
+            // completion without pacing.
+            None if self.armed.is_some() => {
                 self.timer.clear()?;
                 self.armed = None;
             }
+            None => {}
         }
         Ok(())
     }
