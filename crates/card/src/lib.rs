@@ -434,6 +434,13 @@ impl Card {
         self.settle();
     }
 
+    /// The frontend has ended a round of requests and signalled their completions: the
+    /// store writes the image data it held back meanwhile ([`Store::end_batch`]). Nothing
+    /// the card does or reports changes; only when the image file gets the data.
+    pub fn end_batch(&mut self) {
+        self.store.end_batch();
+    }
+
     // ---- public API: observation --------------------------------------------------------
 
     pub fn state(&self) -> CardState {

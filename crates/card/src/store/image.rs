@@ -9,8 +9,9 @@
 //! Data goes through `pread`/`pwrite` on one open file; nothing of the image is held in
 //! memory and no buffer larger than [`FILL_CHUNK`] is ever allocated. With
 //! [`ImageStore::set_io_threads`], large writes handed over with `write_owned` go to
-//! the file on a writer thread (`writer.rs`), at most 8 MiB of them at a time, and
-//! large reads are split over two threads.
+//! the file on a writer thread (`writer.rs`), at most 8 MiB of them at a time, small
+//! ones wait for the end of the owner's round ([`Store::end_batch`]), and large reads
+//! are split over two threads.
 
 use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
@@ -167,17 +168,18 @@ impl ImageStore {
 
     /// Before an access of `[offset, offset + len)`: wait for the queued writes it
     /// overlaps, and report a queued write that failed.
-    fn settle_range(&self, offset: u64, len: u64) -> Result<(), StoreError> {
-        if let Some(w) = &self.writer {
-            w.wait_for(offset, len).map_err(|e| self.io(e))?;
+    fn settle_range(&mut self, offset: u64, len: u64) -> Result<(), StoreError> {
+        if let Some(w) = &mut self.writer {
+            w.wait_for(offset, len)
+                .map_err(|e| io_error(&self.path, e))?;
         }
         Ok(())
     }
 
-    /// Wait for every queued write; report one that failed.
-    fn settle_all(&self) -> Result<(), StoreError> {
-        if let Some(w) = &self.writer {
-            w.drain().map_err(|e| self.io(e))?;
+    /// Wait for every held-back and queued write; report one that failed.
+    fn settle_all(&mut self) -> Result<(), StoreError> {
+        if let Some(w) = &mut self.writer {
+            w.drain().map_err(|e| io_error(&self.path, e))?;
         }
         Ok(())
     }
@@ -401,13 +403,21 @@ impl Store for ImageStore {
 
     fn write_owned(&mut self, offset: u64, buf: &mut Vec<u8>) -> Result<(), StoreError> {
         check_bounds(offset, buf.len() as u64, self.size)?;
-        match &self.writer {
+        match &mut self.writer {
             Some(w) if buf.len() >= MIN_QUEUED_BYTES => {
                 if let Some(e) = w.take_error() {
-                    return Err(self.io(e));
+                    return Err(io_error(&self.path, e));
                 }
                 let data = std::mem::take(buf);
                 *buf = w.submit(offset, data);
+                Ok(())
+            }
+            // A small write waits for the end of the round (`end_batch`).
+            Some(w) if w.batching() => {
+                if let Some(e) = w.take_error() {
+                    return Err(io_error(&self.path, e));
+                }
+                w.stage(offset, std::mem::take(buf));
                 Ok(())
             }
             _ => self.write_at(offset, buf),
@@ -429,6 +439,12 @@ impl Store for ImageStore {
             }
         }
         self.write_repeated(offset, len, byte)
+    }
+
+    fn end_batch(&mut self) {
+        if let Some(w) = &mut self.writer {
+            w.end_batch();
+        }
     }
 
     fn sync(&mut self) -> Result<(), StoreError> {
@@ -749,6 +765,44 @@ mod tests {
             pattern(1, 128 << 10),
             "an error leaves the buffer as it was"
         );
+    }
+
+    #[test]
+    fn small_writes_held_back_for_the_round_are_read_back_and_synced() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, mut store) = new_image(&dir);
+        store.set_io_threads(true).unwrap();
+        store.end_batch();
+        let user = layout().user_offset();
+        let in_file = |off: u64| {
+            let mut b = vec![0u8; 4096];
+            File::open(&path)
+                .unwrap()
+                .read_exact_at(&mut b, off)
+                .unwrap();
+            b
+        };
+        let mut buf = pattern(3, 4096);
+        store.write_owned(user, &mut buf).unwrap();
+        assert_eq!(
+            in_file(user),
+            vec![0; 4096],
+            "held back until the round ends"
+        );
+        // A read of the range sees it all the same.
+        let mut back = vec![0u8; 4096];
+        store.read_at(user, &mut back).unwrap();
+        assert_eq!(back, pattern(3, 4096));
+        // A durable program puts it in the file before the card acknowledges it.
+        let mut buf = pattern(4, 4096);
+        store.write_owned(user + 8192, &mut buf).unwrap();
+        store.sync_program().unwrap();
+        assert_eq!(in_file(user + 8192), pattern(4, 4096));
+        // The end of the round writes it.
+        let mut buf = pattern(5, 4096);
+        store.write_owned(user + 16384, &mut buf).unwrap();
+        store.end_batch();
+        assert_eq!(in_file(user + 16384), pattern(5, 4096));
     }
 
     /// Bytes allocated to the file on disk (st_blocks is in 512-byte units).

@@ -85,6 +85,12 @@ pub trait Store {
     fn write_owned(&mut self, offset: u64, buf: &mut Vec<u8>) -> Result<(), StoreError> {
         self.write_at(offset, buf)
     }
+    /// The owner has ended a round of requests and signalled their completions: write
+    /// what the store held back. A store may hold small `write_owned` writes back only
+    /// once its owner has called this (an owner that never does sees every write go to
+    /// the file at once); reads, syncs and fills still see every write made before them.
+    /// A failure is reported by the next call, as the kernel reports a failed writeback.
+    fn end_batch(&mut self) {}
     /// Set `len` bytes at `offset` to `byte`. For `byte == 0` implementations should
     /// deallocate (punch a hole) rather than write zeroes.
     fn fill(&mut self, offset: u64, len: u64, byte: u8) -> Result<(), StoreError>;

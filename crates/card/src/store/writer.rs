@@ -14,6 +14,12 @@
 //! * a write that fails on the thread is reported by the next call into the store, as the
 //!   kernel reports a failed writeback at the next `fsync`.
 //!
+//! Small writes are held back while the owner processes a round of requests, when it
+//! says it ends its rounds ([`Writer::end_batch`]): at the end of the round a single one
+//! is written on the caller's thread, after the round's completions have been signalled,
+//! and several go to the writer thread together, for one hand-over instead of one each.
+//! They keep the rules above: a read, sync or large write hands them over first.
+//!
 //! Reads of 256 KiB and more are split in two, the second half read on another thread
 //! while the caller reads the first; the call returns when both are in.
 
@@ -30,6 +36,10 @@ pub const MIN_QUEUED_BYTES: usize = 64 << 10;
 
 /// Bytes queued at most; a write beyond waits for room, so memory stays bounded.
 const MAX_QUEUED_BYTES: usize = 8 << 20;
+
+/// Small writes held back at most before they are handed over without waiting for the
+/// round's end.
+const MAX_STAGED_BYTES: usize = 1 << 20;
 
 /// Emptied buffers kept for reuse.
 const SPARE_BUFFERS: usize = 4;
@@ -114,7 +124,14 @@ impl<T> Drop for Worker<T> {
 /// The image's writer thread and what it has been given.
 pub struct Writer {
     shared: Arc<Shared>,
-    worker: Worker<Job>,
+    worker: Worker<Vec<Job>>,
+    /// The caller's own handle, for the small writes it does itself.
+    file: File,
+    /// Small writes held back until the round ends (`end_batch`).
+    staged: Vec<Job>,
+    staged_bytes: usize,
+    /// The owner ends its rounds: small writes may be held back.
+    batching: bool,
 }
 
 impl std::fmt::Debug for Writer {
@@ -123,6 +140,7 @@ impl std::fmt::Debug for Writer {
         f.debug_struct("Writer")
             .field("pending", &s.pending.len())
             .field("pending_bytes", &s.pending_bytes)
+            .field("staged", &self.staged.len())
             .finish()
     }
 }
@@ -130,62 +148,150 @@ impl std::fmt::Debug for Writer {
 impl Writer {
     /// Start a writer on its own handle of `file`.
     pub fn start(file: &File) -> io::Result<Writer> {
+        let own = file.try_clone()?;
         let file = file.try_clone()?;
         let shared = Arc::new(Shared::default());
         let on_thread = Arc::clone(&shared);
-        let worker = Worker::start("image-writer", move |mut job: Job| {
-            let result = file.write_all_at(&job.buf, job.offset);
-            let len = job.buf.len() as u64;
+        let worker = Worker::start("image-writer", move |jobs: Vec<Job>| {
+            let results: Vec<io::Result<()>> = jobs
+                .iter()
+                .map(|job| file.write_all_at(&job.buf, job.offset))
+                .collect();
             let mut s = on_thread.lock();
-            if let Some(i) = s.pending.iter().position(|&p| p == (job.offset, len)) {
-                s.pending.swap_remove(i);
-            }
-            s.pending_bytes -= job.buf.len();
-            if let Err(e) = result {
-                log::error!("image write of {len} bytes at offset {}: {e}", job.offset);
-                s.error.get_or_insert(e);
-            }
-            if s.spare.len() < SPARE_BUFFERS {
-                job.buf.clear();
-                s.spare.push(job.buf);
+            for (mut job, result) in jobs.into_iter().zip(results) {
+                let len = job.buf.len() as u64;
+                if let Some(i) = s.pending.iter().position(|&p| p == (job.offset, len)) {
+                    s.pending.swap_remove(i);
+                }
+                s.pending_bytes -= job.buf.len();
+                if let Err(e) = result {
+                    log::error!("image write of {len} bytes at offset {}: {e}", job.offset);
+                    s.error.get_or_insert(e);
+                }
+                // Only buffers of the size queued writes have are worth keeping: small
+                // ones would stand in for a destage buffer and have to grow.
+                if s.spare.len() < SPARE_BUFFERS && job.buf.capacity() >= MIN_QUEUED_BYTES {
+                    job.buf.clear();
+                    s.spare.push(job.buf);
+                }
             }
             drop(s);
             on_thread.changed.notify_all();
         })?;
-        Ok(Writer { shared, worker })
+        Ok(Writer {
+            shared,
+            worker,
+            file: own,
+            staged: Vec::new(),
+            staged_bytes: 0,
+            batching: false,
+        })
     }
 
     /// Queue `buf` for writing at `offset` (bounds checked by the caller); returns an
-    /// empty buffer for the caller to fill next.
-    pub fn submit(&self, offset: u64, buf: Vec<u8>) -> Vec<u8> {
-        let len = buf.len();
+    /// empty buffer for the caller to fill next. Small writes held back go first.
+    pub fn submit(&mut self, offset: u64, buf: Vec<u8>) -> Vec<u8> {
+        self.hand_over_staged();
+        let mut spare = Vec::new();
+        self.queue(vec![Job { offset, buf }], Some(&mut spare));
+        spare
+    }
+
+    /// Put `jobs` on the thread's queue, waiting for room; with `spare`, take a buffer
+    /// the thread has emptied.
+    fn queue(&self, jobs: Vec<Job>, spare: Option<&mut Vec<u8>>) {
+        let len: usize = jobs.iter().map(|j| j.buf.len()).sum();
         let mut s = self.shared.lock();
         while s.pending_bytes > 0 && s.pending_bytes + len > MAX_QUEUED_BYTES {
             s = self.shared.wait(s);
         }
         // Two queued writes to one range would land in queue order anyway (one thread),
         // but a read waiting for the range must see both gone: keep each listed.
-        s.pending.push((offset, len as u64));
+        s.pending
+            .extend(jobs.iter().map(|j| (j.offset, j.buf.len() as u64)));
         s.pending_bytes += len;
-        let spare = s.spare.pop().unwrap_or_default();
+        if let Some(spare) = spare {
+            *spare = s.spare.pop().unwrap_or_default();
+        }
         drop(s);
-        if !self.worker.send(Job { offset, buf }) {
-            // The thread is gone (it only ends when the writer is dropped): nothing will
-            // write this. Record it so the next call reports it.
+        if !self.worker.send(jobs) {
+            // The thread is gone (it only ends when the writer is dropped): nothing
+            // queued will be written, and nobody may wait for it. Record it so the next
+            // call reports it.
             let mut s = self.shared.lock();
-            if let Some(i) = s.pending.iter().position(|&p| p == (offset, len as u64)) {
-                s.pending.swap_remove(i);
-            }
-            s.pending_bytes -= len;
+            s.pending.clear();
+            s.pending_bytes = 0;
             s.error
                 .get_or_insert_with(|| io::Error::other("the image writer thread has stopped"));
         }
-        spare
     }
 
-    /// Wait until no queued write overlaps `[offset, offset + len)`; then report a
-    /// queued write that failed since the last report.
-    pub fn wait_for(&self, offset: u64, len: u64) -> io::Result<()> {
+    /// Whether small writes may be held back: the owner has ended a round.
+    pub fn batching(&self) -> bool {
+        self.batching
+    }
+
+    /// Hold a small write back until the round ends (bounds checked by the caller).
+    pub fn stage(&mut self, offset: u64, buf: Vec<u8>) {
+        self.staged_bytes += buf.len();
+        self.staged.push(Job { offset, buf });
+        if self.staged_bytes >= MAX_STAGED_BYTES {
+            self.hand_over_staged();
+        }
+    }
+
+    /// The owner's round of requests has ended (and its completions are signalled):
+    /// write the small writes held back, one on this thread, several on the writer
+    /// thread in one hand-over. From the first call on, small writes are held back.
+    pub fn end_batch(&mut self) {
+        self.batching = true;
+        if self.staged.len() > 1 {
+            self.hand_over_staged();
+        } else {
+            self.write_staged_here();
+        }
+    }
+
+    /// Write the small writes held back on this thread, in order, each after the queued
+    /// writes it overlaps: what a caller that has to wait for them anyway does.
+    fn write_staged_here(&mut self) {
+        self.staged_bytes = 0;
+        for job in std::mem::take(&mut self.staged) {
+            let len = job.buf.len() as u64;
+            let mut s = self.shared.lock();
+            while s.pending.iter().any(|&p| overlaps(p, job.offset, len)) {
+                s = self.shared.wait(s);
+            }
+            drop(s);
+            if let Err(e) = self.file.write_all_at(&job.buf, job.offset) {
+                // Reported at the next call into the store, as the thread's failures are.
+                log::error!("image write of {len} bytes at offset {}: {e}", job.offset);
+                self.shared.lock().error.get_or_insert(e);
+            }
+        }
+    }
+
+    /// Queue the small writes held back, in the order they were made.
+    fn hand_over_staged(&mut self) {
+        if self.staged.is_empty() {
+            return;
+        }
+        self.staged_bytes = 0;
+        let jobs = std::mem::take(&mut self.staged);
+        self.queue(jobs, None);
+    }
+
+    /// Wait until no queued write overlaps `[offset, offset + len)` (writing the
+    /// held-back ones first if one does); then report a queued write that failed since
+    /// the last report.
+    pub fn wait_for(&mut self, offset: u64, len: u64) -> io::Result<()> {
+        if self
+            .staged
+            .iter()
+            .any(|j| overlaps((j.offset, j.buf.len() as u64), offset, len))
+        {
+            self.write_staged_here();
+        }
         let mut s = self.shared.lock();
         while s.pending.iter().any(|&p| overlaps(p, offset, len)) {
             s = self.shared.wait(s);
@@ -193,8 +299,10 @@ impl Writer {
         s.error.take().map_or(Ok(()), Err)
     }
 
-    /// Wait until every queued write is in the file; then report as `wait_for` does.
-    pub fn drain(&self) -> io::Result<()> {
+    /// Wait until every write held back or queued is in the file; then report as
+    /// `wait_for` does.
+    pub fn drain(&mut self) -> io::Result<()> {
+        self.write_staged_here();
         let mut s = self.shared.lock();
         while !s.pending.is_empty() {
             s = self.shared.wait(s);
@@ -205,6 +313,13 @@ impl Writer {
     /// The first write that failed since the last call, if any.
     pub fn take_error(&self) -> Option<io::Error> {
         self.shared.lock().error.take()
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        // The thread writes everything it was given before it ends (`Worker`'s drop).
+        self.hand_over_staged();
     }
 }
 
@@ -304,7 +419,7 @@ mod tests {
     #[test]
     fn queued_writes_land_in_order_and_drain_waits_for_them() {
         let (_d, f) = file();
-        let w = Writer::start(&f).unwrap();
+        let mut w = Writer::start(&f).unwrap();
         // Many overlapping writes of one range: the last one issued must win.
         for i in 0..64u8 {
             w.submit(4096, vec![i; 1 << 20]);
@@ -318,7 +433,7 @@ mod tests {
     #[test]
     fn wait_for_returns_once_the_overlapping_writes_are_in_the_file() {
         let (_d, f) = file();
-        let w = Writer::start(&f).unwrap();
+        let mut w = Writer::start(&f).unwrap();
         for k in 0..16u64 {
             w.submit(k << 20, vec![k as u8 + 1; 1 << 20]);
         }
@@ -335,7 +450,7 @@ mod tests {
         std::fs::write(&path, b"x").unwrap();
         // A read-only handle: every write fails with EBADF.
         let f = File::open(&path).unwrap();
-        let w = Writer::start(&f).unwrap();
+        let mut w = Writer::start(&f).unwrap();
         w.submit(0, vec![1; 4096]);
         assert!(w.drain().is_err());
         assert!(w.drain().is_ok(), "reported once");
@@ -355,10 +470,89 @@ mod tests {
         assert!(r.read_exact_at(&f, &mut tail, (64 << 20) - 4096).is_err());
     }
 
+    fn read(f: &File, offset: u64, len: usize) -> Vec<u8> {
+        let mut b = vec![0u8; len];
+        f.read_exact_at(&mut b, offset).unwrap();
+        b
+    }
+
+    #[test]
+    fn small_writes_wait_for_the_end_of_the_round_once_the_owner_ends_rounds() {
+        let (_d, f) = file();
+        let mut w = Writer::start(&f).unwrap();
+        assert!(
+            !w.batching(),
+            "nothing is held back for an owner that never ends rounds"
+        );
+        w.end_batch();
+        assert!(w.batching());
+        w.stage(8192, vec![5; 4096]);
+        assert_eq!(
+            read(&f, 8192, 4096),
+            vec![0; 4096],
+            "held back until the round ends"
+        );
+        // One write: done on this thread, in the file when end_batch returns.
+        w.end_batch();
+        assert_eq!(read(&f, 8192, 4096), vec![5; 4096]);
+        // Several: handed over together, in the order they were made.
+        for i in 0..40u8 {
+            w.stage(u64::from(i % 4) * 4096, vec![i; 4096]);
+        }
+        w.end_batch();
+        w.drain().unwrap();
+        for k in 0..4u64 {
+            let last = (36 + k) as u8;
+            assert_eq!(read(&f, k * 4096, 4096), vec![last; 4096], "block {k}");
+        }
+    }
+
+    #[test]
+    fn a_held_back_write_is_seen_by_a_wait_a_drain_a_large_write_and_the_drop() {
+        let (_d, f) = file();
+        let mut w = Writer::start(&f).unwrap();
+        w.end_batch();
+        // A wait for an overlapping range hands it over and waits for it.
+        w.stage(4096, vec![1; 4096]);
+        w.wait_for(6000, 10).unwrap();
+        assert_eq!(read(&f, 4096, 4096), vec![1; 4096]);
+        // A drain writes them, in the order they were made.
+        for v in [9, 8, 2] {
+            w.stage(65536, vec![v; 512]);
+        }
+        w.drain().unwrap();
+        assert_eq!(read(&f, 65536, 512), vec![2; 512]);
+        // A large write made after it lands after it.
+        w.stage(1 << 20, vec![3; 4096]);
+        w.submit(1 << 20, vec![4; 128 << 10]);
+        w.drain().unwrap();
+        assert_eq!(read(&f, 1 << 20, 4096), vec![4; 4096]);
+        // Dropping the writer writes what it held back.
+        w.stage(2 << 20, vec![6; 4096]);
+        w.stage(3 << 20, vec![7; 4096]);
+        drop(w);
+        assert_eq!(read(&f, 2 << 20, 4096), vec![6; 4096]);
+        assert_eq!(read(&f, 3 << 20, 4096), vec![7; 4096]);
+    }
+
+    #[test]
+    fn a_round_end_write_that_fails_is_reported_by_the_next_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ro");
+        std::fs::write(&path, b"x").unwrap();
+        let f = File::open(&path).unwrap();
+        let mut w = Writer::start(&f).unwrap();
+        w.end_batch();
+        w.stage(0, vec![1; 4096]);
+        w.end_batch();
+        assert!(w.drain().is_err());
+        assert!(w.drain().is_ok(), "reported once");
+    }
+
     #[test]
     fn dropping_the_writer_writes_what_was_queued() {
         let (_d, f) = file();
-        let w = Writer::start(&f).unwrap();
+        let mut w = Writer::start(&f).unwrap();
         w.submit(1 << 20, vec![7; 2 << 20]);
         drop(w);
         let mut b = vec![0u8; 2 << 20];

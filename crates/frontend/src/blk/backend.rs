@@ -301,13 +301,15 @@ impl Inner {
             }
             for chain in chains {
                 let head = chain.head_index();
-                let now = Instant::now();
-                let (card0, pacing) = (self.target.now(), self.pacing);
-                let clock = *self
-                    .clock
-                    .get_or_insert_with(|| Clock::start(card0, pacing));
                 let arrival = match self.pacing {
-                    Pacing::Realtime { .. } => clock.card_at(now),
+                    Pacing::Realtime { .. } => {
+                        let (card0, pacing) = (self.target.now(), self.pacing);
+                        self.clock
+                            .get_or_insert_with(|| Clock::start(card0, pacing))
+                            .card_at(Instant::now())
+                    }
+                    // Without pacing the wall clock plays no part: the card's own time
+                    // is the arrival, and no clock is read per request.
                     Pacing::Off => self.target.now(),
                 };
                 match parse(chain, &limits) {
@@ -325,7 +327,7 @@ impl Inner {
                             queue: 0,
                             head,
                             len,
-                            due: now,
+                            due: Instant::now(),
                             done_at: arrival,
                         });
                     }
@@ -392,6 +394,8 @@ impl Inner {
             return Ok(());
         };
         let mem = atomic.memory();
+        // Without pacing everything finished is due now: one clock read for the batch.
+        let now = Instant::now();
         for f in finished {
             let len = if mem.write_obj(f.status, f.req.status).is_ok() {
                 f.written + 1
@@ -401,7 +405,7 @@ impl Inner {
             self.trace(&f.req, f.arrival, f.at);
             let due = match (self.pacing, &self.clock) {
                 (Pacing::Realtime { .. }, Some(clock)) => clock.wall_at(f.at),
-                _ => Instant::now(),
+                _ => now,
             };
             self.completions.push(Pending {
                 queue: 0,
@@ -432,7 +436,9 @@ impl Inner {
             if !self.completions.is_empty() {
                 Ok(Polled::Done)
             } else if ring_has_avail(vring, &*atomic.memory()) {
-                self.process_queue(vring).map(|()| Polled::Took)
+                let took = self.process_queue(vring).map(|()| Polled::Took);
+                self.target.end_batch();
+                took
             } else {
                 Ok(Polled::Nothing)
             }
@@ -505,6 +511,9 @@ impl VhostUserBackend for EmmcBlkBackend {
             }
             other => return Err(io::Error::other(format!("unknown event {other}"))),
         }
+        // The round's completions are signalled: the image gets its held-back writes
+        // now, off the requests' way (each round the poll window takes ends the same).
+        inner.target.end_batch();
         inner.poll_for_more(&vrings[0])
     }
 }

@@ -543,6 +543,12 @@ impl CardTarget {
         self.drv.host_mut().sdhci.fault_injector_mut()
     }
 
+    /// The daemon has ended a round of requests and signalled what finished: the image
+    /// gets the small writes the store held back meanwhile.
+    pub fn end_batch(&mut self) {
+        self.drv.host_mut().card.end_batch();
+    }
+
     /// Clean shutdown: write the cache back, notify power-off, make the image durable.
     pub fn shutdown(&mut self) {
         let host = self.drv.host_mut();

@@ -29,6 +29,10 @@ impl Rig {
 
     fn with_policy(model: DeviceModel, pacing: Pacing, policy: DriverPolicy) -> Rig {
         let target = CardTarget::new(mem_card(&model), &model, &policy).unwrap();
+        Rig::with_target(target, pacing)
+    }
+
+    fn with_target(target: CardTarget, pacing: Pacing) -> Rig {
         let backend = EmmcBlkBackend::new(target, pacing).unwrap();
         let mem = guest_memory(&backend);
         let queue = GuestQueue::new(&mem, 0x10000);
@@ -907,4 +911,62 @@ fn by_default_a_read_overtakes_the_writeback_queued_before_it() {
         ..Default::default()
     });
     assert!(noop >= 120, "under noop the read waited for {noop} writes");
+}
+
+#[test]
+fn small_image_writes_held_back_for_a_round_read_back_and_reach_the_image_at_a_flush() {
+    use emmc_card::store::{ImageStore, Store};
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("card.img");
+    let model = model(0);
+    let mut store = ImageStore::create(&path, Card::layout_for(&model), &model.name).unwrap();
+    store.set_io_threads(true).unwrap();
+    let user = store.layout().user_offset();
+    let card = Card::new(model.clone(), Box::new(store)).unwrap();
+    let target = CardTarget::new(card, &model, &DriverPolicy::default()).unwrap();
+    let mut rig = Rig::with_target(target, Pacing::Off);
+    // 20 writes of 4 KiB per round over 256 blocks (1 MiB, twice the card's cache, so
+    // the cache destages into the store during the rounds), blocks written again and
+    // again: the last version of each must win.
+    const BLOCKS: u64 = 256;
+    let mut last = vec![0u8; BLOCKS as usize];
+    for round in 0..12u64 {
+        for i in 0..20u64 {
+            let block = (round * 97 + i * 13) % BLOCKS;
+            let version = (round * 20 + i) as u8 + 1;
+            last[block as usize] = version;
+            let (hdr, data, status) = (HDR + 16 * i, DATA + 4096 * i, STATUS + i);
+            rig.write_header(hdr, VIRTIO_BLK_T_OUT, block * 8);
+            rig.mem
+                .memory()
+                .write_slice(&[version; 4096], GuestAddress(data))
+                .unwrap();
+            rig.stage(&[(hdr, 16, false), (data, 4096, false), (status, 1, true)]);
+        }
+        rig.publish();
+        rig.kick();
+        assert_eq!(rig.used().len(), 20, "round {round}");
+        assert!((0..20).all(|i| rig.status(STATUS + i) == VIRTIO_BLK_S_OK));
+    }
+    for block in 0..BLOCKS {
+        let want = last[block as usize];
+        assert_eq!(
+            read(&mut rig, block * 8, 4096),
+            vec![want; 4096],
+            "block {block}"
+        );
+    }
+    rig.write_header(HDR, VIRTIO_BLK_T_FLUSH, 0);
+    rig.push(&[(HDR, 16, false), (STATUS, 1, true)]);
+    rig.kick();
+    assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_OK);
+    // The flush is complete: everything is in the image file, read past the daemon.
+    let file = std::fs::File::open(&path).unwrap();
+    for block in 0..BLOCKS {
+        let mut b = vec![0u8; 4096];
+        file.read_exact_at(&mut b, user + block * 4096).unwrap();
+        let want = last[block as usize];
+        assert_eq!(b, vec![want; 4096], "block {block} in the image");
+    }
 }

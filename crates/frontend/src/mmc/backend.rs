@@ -443,7 +443,9 @@ impl Inner {
             } else if ring_has_avail(&vrings[REQUEST_QUEUE], &*mem)
                 || ring_has_avail(&vrings[CONTROL_QUEUE], &*mem)
             {
-                self.process(vrings).map(|()| Polled::Took)
+                let took = self.process(vrings).map(|()| Polled::Took);
+                self.device.host_mut().card.end_batch();
+                took
             } else {
                 Ok(Polled::Nothing)
             }
@@ -520,6 +522,8 @@ impl VhostUserBackend for EmmcMmcBackend {
             }
             other => return Err(io::Error::other(format!("unknown event {other}"))),
         }
+        // The round's completions are signalled: the image gets its held-back writes.
+        inner.device.host_mut().card.end_batch();
         inner.poll_for_more(vrings)
     }
 }
