@@ -108,10 +108,12 @@ where
     M::Target: GuestMemory,
 {
     let mem = chain.memory();
-    let mut readable: Vec<Descriptor> = Vec::new();
-    let mut writable: Vec<Descriptor> = Vec::new();
+    // The chain's device-readable and device-writable parts, in chain order; each later
+    // becomes the request's data in place (the header skipped, the status byte cut off).
+    let mut readable: Vec<Segment> = Vec::new();
+    let mut writable: Vec<Segment> = Vec::new();
     let mut out_of_order = false;
-    let mut outside = None;
+    let mut outside: Option<Descriptor> = None;
     let mut count = 0u32;
     for desc in chain.clone() {
         count += 1;
@@ -123,21 +125,25 @@ where
         if desc.len() > 0 && !mem.check_range(desc.addr(), desc.len() as usize, access) {
             outside = Some(desc);
         }
+        let seg = Segment {
+            addr: desc.addr(),
+            len: desc.len(),
+        };
         if desc.is_write_only() {
-            writable.push(desc);
+            writable.push(seg);
         } else {
             if !writable.is_empty() {
                 out_of_order = true;
             }
-            readable.push(desc);
+            readable.push(seg);
         }
     }
     // The status byte: the last byte of the last writable descriptor.
     let status = writable
         .iter()
         .rev()
-        .find(|d| d.len() > 0)
-        .and_then(|d| d.addr().checked_add(u64::from(d.len()) - 1))
+        .find(|d| d.len > 0)
+        .and_then(|d| d.addr.checked_add(u64::from(d.len) - 1))
         .filter(|&a| mem.check_range(a, 1, Permissions::Write));
     let fail = |code: u8, problem: String| ParseError {
         status,
@@ -170,14 +176,7 @@ where
         ));
     }
     // The header: the first 16 readable bytes.
-    let readable_segs: Vec<Segment> = readable
-        .iter()
-        .map(|d| Segment {
-            addr: d.addr(),
-            len: d.len(),
-        })
-        .collect();
-    let readable_len: u64 = readable_segs.iter().map(|s| u64::from(s.len)).sum();
+    let readable_len: u64 = readable.iter().map(|s| u64::from(s.len)).sum();
     if readable_len < HEADER_BYTES {
         return Err(fail(
             VIRTIO_BLK_S_IOERR,
@@ -185,23 +184,19 @@ where
         ));
     }
     let mut header = [0u8; HEADER_BYTES as usize];
-    if !copy_from(mem, &readable_segs, 0, &mut header) {
+    if !copy_from(mem, &readable, 0, &mut header) {
         return Err(fail(VIRTIO_BLK_S_IOERR, "header unreadable".into()));
     }
     let kind_raw = u32::from_le_bytes(header[0..4].try_into().expect("4 bytes"));
     let sector = u64::from_le_bytes(header[8..16].try_into().expect("8 bytes"));
-    let after_header = skip(&readable_segs, HEADER_BYTES);
+    // Device-readable data: everything after the header.
+    skip(&mut readable, HEADER_BYTES);
+    let after_header = readable;
     let out_len = readable_len - HEADER_BYTES;
     // Device-writable data: everything before the status byte.
-    let writable_segs: Vec<Segment> = writable
-        .iter()
-        .map(|d| Segment {
-            addr: d.addr(),
-            len: d.len(),
-        })
-        .collect();
-    let writable_len: u64 = writable_segs.iter().map(|s| u64::from(s.len)).sum();
-    let in_segs = truncate(&writable_segs, writable_len - 1);
+    let writable_len: u64 = writable.iter().map(|s| u64::from(s.len)).sum();
+    truncate(&mut writable, writable_len - 1);
+    let in_segs = writable;
     let in_len = writable_len - 1;
 
     let kind = match kind_raw {
@@ -353,41 +348,49 @@ where
     Ok(request)
 }
 
-/// Segments after skipping `n` bytes.
-fn skip(segs: &[Segment], mut n: u64) -> Vec<Segment> {
-    let mut out = Vec::new();
-    for s in segs {
+/// Drop the first `n` bytes of `segs`, and empty segments.
+fn skip(segs: &mut Vec<Segment>, n: u64) {
+    let mut left = n;
+    segs.retain_mut(|s| {
         let len = u64::from(s.len);
-        if n >= len {
-            n -= len;
-            continue;
+        if left >= len {
+            left -= len;
+            return false;
         }
-        out.push(Segment {
-            addr: s.addr.unchecked_add(n),
-            len: (len - n) as u32,
-        });
-        n = 0;
-    }
-    out
+        s.addr = s.addr.unchecked_add(left);
+        s.len = (len - left) as u32;
+        left = 0;
+        true
+    });
 }
 
-/// The first `n` bytes of `segs`.
-fn truncate(segs: &[Segment], mut n: u64) -> Vec<Segment> {
-    let mut out = Vec::new();
-    for s in segs {
-        if n == 0 {
-            break;
+/// Keep only the first `n` bytes of `segs`, without empty segments.
+fn truncate(segs: &mut Vec<Segment>, n: u64) {
+    let mut left = n;
+    segs.retain_mut(|s| {
+        let take = u64::from(s.len).min(left);
+        left -= take;
+        s.len = take as u32;
+        take > 0
+    });
+}
+
+/// The segments of `segs` from byte `offset` on, the first one shortened.
+fn from_offset(segs: &[Segment], offset: u64) -> impl Iterator<Item = Segment> + '_ {
+    let mut left = offset;
+    segs.iter().filter_map(move |s| {
+        let len = u64::from(s.len);
+        if left >= len {
+            left -= len;
+            return None;
         }
-        let take = u64::from(s.len).min(n);
-        if take > 0 {
-            out.push(Segment {
-                addr: s.addr,
-                len: take as u32,
-            });
-        }
-        n -= take;
-    }
-    out
+        let seg = Segment {
+            addr: s.addr.unchecked_add(left),
+            len: (len - left) as u32,
+        };
+        left = 0;
+        Some(seg)
+    })
 }
 
 /// Copy `dst.len()` bytes starting `offset` bytes into `segs` from guest memory.
@@ -398,7 +401,7 @@ fn copy_from<M: GuestMemory + ?Sized>(
     dst: &mut [u8],
 ) -> bool {
     let mut pos = 0usize;
-    for s in skip(segs, offset) {
+    for s in from_offset(segs, offset) {
         if pos == dst.len() {
             break;
         }
