@@ -575,6 +575,42 @@ mod tests {
         );
     }
 
+    /// Whether the timer is armed, from the kernel.
+    fn timer_armed(c: &Completions) -> bool {
+        // SAFETY: an all-zero itimerspec is a valid value for timerfd_gettime to overwrite.
+        let mut spec: libc::itimerspec = unsafe { std::mem::zeroed() };
+        // SAFETY: timerfd_gettime on the completions' own timer fd, into a local struct.
+        assert_eq!(unsafe { libc::timerfd_gettime(c.timer_fd(), &mut spec) }, 0);
+        spec.it_value.tv_sec != 0 || spec.it_value.tv_nsec != 0
+    }
+
+    /// Disarming is skipped when nothing is armed (it is a system call per round
+    /// without pacing), so a wake-up must not forget a timer that is still armed.
+    #[test]
+    fn a_spurious_wake_up_keeps_the_timer_armed_until_nothing_is_left_to_wait_for() {
+        let mut c = Completions::new().unwrap();
+        assert!(!timer_armed(&c));
+        c.complete_due(&[], false, None).unwrap();
+        assert!(!timer_armed(&c), "nothing armed, nothing to wait for");
+        c.push(Pending {
+            queue: 0,
+            head: 0,
+            len: 1,
+            due: Instant::now() + Duration::from_secs(60),
+            done_at: 0,
+        });
+        c.complete_due(&[], false, None).unwrap();
+        assert!(timer_armed(&c));
+        // Woken with no expiry (the read finds none): still armed.
+        c.timer_fired();
+        assert!(c.armed.is_some() && timer_armed(&c));
+        // The completion goes (its frontend left): the next round disarms the timer.
+        c.pending.clear();
+        c.complete_due(&[], false, None).unwrap();
+        assert!(c.armed.is_none());
+        assert!(!timer_armed(&c), "disarmed once nothing is left");
+    }
+
     #[test]
     fn the_margin_follows_the_recent_wake_up_lateness_within_its_bounds() {
         let mut m = SpinMargin::new(50 * US, 1000 * US);

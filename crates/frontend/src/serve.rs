@@ -118,9 +118,10 @@ pub enum ImageSyncArg {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum ImageIoArg {
     /// Writes of 64 KiB and more that the card destages go to the image on a writer
-    /// thread, overlapping the next request (reads, syncs and the card's durable programs
-    /// wait for them: docs/durability.md); reads of 256 KiB and more are split over two
-    /// threads.
+    /// thread, overlapping the next request; smaller ones wait for the end of the round
+    /// of requests (blk and mmc transports), after its completions are signalled, and go
+    /// out together (reads, syncs and the card's durable programs wait for both:
+    /// docs/durability.md); reads of 256 KiB and more are split over two threads.
     #[default]
     Threads,
     /// All image I/O on the device thread.
@@ -153,7 +154,7 @@ pub struct ServeArgs {
     /// When the image is fdatasynced (docs/durability.md).
     #[arg(long, value_enum, default_value_t = ImageSyncArg::Durable)]
     pub image_sync: ImageSyncArg,
-    /// Where large image reads and writes run.
+    /// Where image reads and writes run.
     #[arg(long, value_enum, default_value_t = ImageIoArg::Threads)]
     pub image_io: ImageIoArg,
     #[arg(long, value_enum, default_value = "realtime")]
