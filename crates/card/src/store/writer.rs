@@ -37,6 +37,12 @@ pub const MIN_QUEUED_BYTES: usize = 64 << 10;
 /// Bytes queued at most; a write beyond waits for room, so memory stays bounded.
 const MAX_QUEUED_BYTES: usize = 8 << 20;
 
+/// A round that held back fewer small writes than this writes them itself: a wake-up
+/// of the writer thread costs more than a few `pwrite`s, and a paced device thread has
+/// the time (with a polling client, waking the writer for one or two writes made the
+/// daemon late by tens of microseconds at QD8: three threads on two CPUs).
+const HAND_OVER_WRITES: usize = 8;
+
 /// Small writes held back at most before they are handed over without waiting for the
 /// round's end.
 const MAX_STAGED_BYTES: usize = 1 << 20;
@@ -245,7 +251,7 @@ impl Writer {
     /// thread in one hand-over. From the first call on, small writes are held back.
     pub fn end_batch(&mut self) {
         self.batching = true;
-        if self.staged.len() > 1 {
+        if self.staged.len() >= HAND_OVER_WRITES {
             self.hand_over_staged();
         } else {
             self.write_staged_here();
@@ -443,13 +449,18 @@ mod tests {
         assert_eq!(b, [16u8; 512]);
     }
 
-    #[test]
-    fn a_failed_write_is_reported_once() {
+    /// A read-only handle: every write through it fails with EBADF.
+    fn read_only_file() -> (tempfile::TempDir, File) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ro");
         std::fs::write(&path, b"x").unwrap();
-        // A read-only handle: every write fails with EBADF.
         let f = File::open(&path).unwrap();
+        (dir, f)
+    }
+
+    #[test]
+    fn a_failed_write_is_reported_once() {
+        let (_d, f) = read_only_file();
         let mut w = Writer::start(&f).unwrap();
         w.submit(0, vec![1; 4096]);
         assert!(w.drain().is_err());
@@ -537,10 +548,7 @@ mod tests {
 
     #[test]
     fn a_round_end_write_that_fails_is_reported_by_the_next_call() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("ro");
-        std::fs::write(&path, b"x").unwrap();
-        let f = File::open(&path).unwrap();
+        let (_d, f) = read_only_file();
         let mut w = Writer::start(&f).unwrap();
         w.end_batch();
         w.stage(0, vec![1; 4096]);
