@@ -506,6 +506,14 @@ mod tests {
         // One write: done on this thread, in the file when end_batch returns.
         w.end_batch();
         assert_eq!(read(&f, 8192, 4096), vec![5; 4096]);
+        // A few (fewer than HAND_OVER_WRITES): the same.
+        for i in 1..=3u8 {
+            w.stage(u64::from(i) << 20, vec![i; 4096]);
+        }
+        w.end_batch();
+        for i in 1..=3u8 {
+            assert_eq!(read(&f, u64::from(i) << 20, 4096), vec![i; 4096]);
+        }
         // Several: handed over together, in the order they were made.
         for i in 0..40u8 {
             w.stage(u64::from(i % 4) * 4096, vec![i; 4096]);
@@ -523,7 +531,7 @@ mod tests {
         let (_d, f) = file();
         let mut w = Writer::start(&f).unwrap();
         w.end_batch();
-        // A wait for an overlapping range hands it over and waits for it.
+        // A wait for an overlapping range writes it first.
         w.stage(4096, vec![1; 4096]);
         w.wait_for(6000, 10).unwrap();
         assert_eq!(read(&f, 4096, 4096), vec![1; 4096]);
