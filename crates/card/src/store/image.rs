@@ -404,20 +404,18 @@ impl Store for ImageStore {
     fn write_owned(&mut self, offset: u64, buf: &mut Vec<u8>) -> Result<(), StoreError> {
         check_bounds(offset, buf.len() as u64, self.size)?;
         match &mut self.writer {
-            Some(w) if buf.len() >= MIN_QUEUED_BYTES => {
+            // Large writes are queued; small ones wait for the end of the round
+            // (`end_batch`) once the owner ends rounds.
+            Some(w) if buf.len() >= MIN_QUEUED_BYTES || w.batching() => {
                 if let Some(e) = w.take_error() {
                     return Err(io_error(&self.path, e));
                 }
                 let data = std::mem::take(buf);
-                *buf = w.submit(offset, data);
-                Ok(())
-            }
-            // A small write waits for the end of the round (`end_batch`).
-            Some(w) if w.batching() => {
-                if let Some(e) = w.take_error() {
-                    return Err(io_error(&self.path, e));
+                if data.len() >= MIN_QUEUED_BYTES {
+                    *buf = w.submit(offset, data);
+                } else {
+                    w.stage(offset, data);
                 }
-                w.stage(offset, std::mem::take(buf));
                 Ok(())
             }
             _ => self.write_at(offset, buf),

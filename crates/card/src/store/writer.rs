@@ -14,11 +14,12 @@
 //! * a write that fails on the thread is reported by the next call into the store, as the
 //!   kernel reports a failed writeback at the next `fsync`.
 //!
-//! Small writes are held back while the owner processes a round of requests, when it
-//! says it ends its rounds ([`Writer::end_batch`]): at the end of the round a single one
-//! is written on the caller's thread, after the round's completions have been signalled,
-//! and several go to the writer thread together, for one hand-over instead of one each.
-//! They keep the rules above: a read, sync or large write hands them over first.
+//! Small writes are held back while the owner processes a round of requests, once it
+//! says it ends its rounds ([`Writer::end_batch`]): at the end of the round, after its
+//! completions have been signalled, a few are written on the caller's thread and more
+//! go to the writer thread together, for one hand-over instead of one each. They keep
+//! the rules above: a read, fill or sync of their range writes them first, and a large
+//! write is queued after them.
 //!
 //! Reads of 256 KiB and more are split in two, the second half read on another thread
 //! while the caller reads the first; the call returns when both are in.
@@ -247,8 +248,9 @@ impl Writer {
     }
 
     /// The owner's round of requests has ended (and its completions are signalled):
-    /// write the small writes held back, one on this thread, several on the writer
-    /// thread in one hand-over. From the first call on, small writes are held back.
+    /// write the small writes held back, fewer than [`HAND_OVER_WRITES`] on this thread,
+    /// more on the writer thread in one hand-over. From the first call on, small writes
+    /// are held back.
     pub fn end_batch(&mut self) {
         self.batching = true;
         if self.staged.len() >= HAND_OVER_WRITES {
@@ -264,11 +266,7 @@ impl Writer {
         self.staged_bytes = 0;
         for job in std::mem::take(&mut self.staged) {
             let len = job.buf.len() as u64;
-            let mut s = self.shared.lock();
-            while s.pending.iter().any(|&p| overlaps(p, job.offset, len)) {
-                s = self.shared.wait(s);
-            }
-            drop(s);
+            drop(self.wait_queued(job.offset, len));
             if let Err(e) = self.file.write_all_at(&job.buf, job.offset) {
                 // Reported at the next call into the store, as the thread's failures are.
                 log::error!("image write of {len} bytes at offset {}: {e}", job.offset);
@@ -298,11 +296,19 @@ impl Writer {
         {
             self.write_staged_here();
         }
+        self.wait_queued(offset, len)
+            .error
+            .take()
+            .map_or(Ok(()), Err)
+    }
+
+    /// Wait until no queued write overlaps `[offset, offset + len)`; returns the lock.
+    fn wait_queued(&self, offset: u64, len: u64) -> MutexGuard<'_, State> {
         let mut s = self.shared.lock();
         while s.pending.iter().any(|&p| overlaps(p, offset, len)) {
             s = self.shared.wait(s);
         }
-        s.error.take().map_or(Ok(()), Err)
+        s
     }
 
     /// Wait until every write held back or queued is in the file; then report as
