@@ -441,6 +441,41 @@ impl Card {
         self.store.end_batch();
     }
 
+    /// The frontend will read these user-area ranges in this round, each as
+    /// `(lba, dest, len)` into memory of its own: the store may start copying them
+    /// there now ([`Store::prefetch`]). What the card reads and reports does not
+    /// change; a range outside the user area is left alone.
+    ///
+    /// # Safety
+    /// As [`Store::prefetch`]: each `dest..dest + len` stays valid for writes and
+    /// untouched by the caller until the card's read into it, or
+    /// [`Card::settle_prefetches`], has returned.
+    pub unsafe fn prefetch_user_reads(&mut self, reads: &[(u64, *mut u8, usize)]) {
+        let user = self.partitions.extent(Partition::User);
+        let reads: Vec<store::PrefetchRead> = reads
+            .iter()
+            .filter(|&&(lba, _, len)| {
+                let sectors = (len / 512) as u64;
+                len % 512 == 0
+                    && lba
+                        .checked_add(sectors)
+                        .is_some_and(|end| end <= user.sectors)
+            })
+            .map(|&(lba, dest, len)| store::PrefetchRead {
+                offset: (user.start + lba) * 512,
+                dest,
+                len,
+            })
+            .collect();
+        // SAFETY: the caller's promise is the one `Store::prefetch` asks for.
+        unsafe { self.store.prefetch(&reads) };
+    }
+
+    /// Wait until every copy [`Card::prefetch_user_reads`] started is finished.
+    pub fn settle_prefetches(&mut self) {
+        self.store.settle_prefetches();
+    }
+
     // ---- public API: observation --------------------------------------------------------
 
     pub fn state(&self) -> CardState {

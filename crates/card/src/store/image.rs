@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::prefetch::{PrefetchRead, Prefetcher, MIN_PREFETCH_READS};
 use super::writer::{Reader, Writer, MIN_QUEUED_BYTES, MIN_SPLIT_READ_BYTES};
 use super::{check_bounds, ImageLayout, Store, StoreError};
 
@@ -72,6 +73,8 @@ pub struct ImageStore {
     writer: Option<Writer>,
     /// Large reads are split with this thread (`set_io_threads` too).
     reader: Option<Reader>,
+    /// A round's smaller reads are copied ahead on this thread (`set_io_threads` too).
+    prefetcher: Option<Prefetcher>,
 }
 
 /// The `[image]` table, in the order it is written.
@@ -156,14 +159,24 @@ impl ImageStore {
             (true, false) => {
                 self.writer = Some(Writer::start(&self.file).map_err(|e| self.io(e))?);
                 self.reader = Some(Reader::start(&self.file).map_err(|e| self.io(e))?);
+                self.prefetcher = Some(Prefetcher::start(&self.file).map_err(|e| self.io(e))?);
             }
             (false, true) => {
                 self.writer = None;
                 self.reader = None;
+                self.prefetcher = None;
             }
             _ => {}
         }
         Ok(())
+    }
+
+    /// Before the file's `[offset, offset + len)` changes: void the copies of it
+    /// prefetched for this round.
+    fn invalidate_prefetch(&mut self, offset: u64, len: u64) {
+        if let Some(p) = &mut self.prefetcher {
+            p.invalidate(offset, len);
+        }
     }
 
     /// Before an access of `[offset, offset + len)`: wait for the queued writes it
@@ -237,6 +250,7 @@ impl ImageStore {
             syncs: 0,
             writer: None,
             reader: None,
+            prefetcher: None,
         })
     }
 
@@ -311,6 +325,7 @@ impl ImageStore {
             syncs: 0,
             writer: None,
             reader: None,
+            prefetcher: None,
         })
     }
 
@@ -385,6 +400,11 @@ impl Store for ImageStore {
 
     fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
         check_bounds(offset, buf.len() as u64, self.size)?;
+        if let Some(p) = &mut self.prefetcher {
+            if p.take(offset, buf.as_mut_ptr(), buf.len()) {
+                return Ok(());
+            }
+        }
         self.settle_range(offset, buf.len() as u64)?;
         match &self.reader {
             Some(r) if buf.len() >= MIN_SPLIT_READ_BYTES => {
@@ -397,12 +417,14 @@ impl Store for ImageStore {
 
     fn write_at(&mut self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
         check_bounds(offset, buf.len() as u64, self.size)?;
+        self.invalidate_prefetch(offset, buf.len() as u64);
         self.settle_range(offset, buf.len() as u64)?;
         self.file.write_all_at(buf, offset).map_err(|e| self.io(e))
     }
 
     fn write_owned(&mut self, offset: u64, buf: &mut Vec<u8>) -> Result<(), StoreError> {
         check_bounds(offset, buf.len() as u64, self.size)?;
+        self.invalidate_prefetch(offset, buf.len() as u64);
         match &mut self.writer {
             // Large writes are queued; small ones wait for the end of the round
             // (`end_batch`) once the owner ends rounds.
@@ -424,6 +446,7 @@ impl Store for ImageStore {
 
     fn fill(&mut self, offset: u64, len: u64, byte: u8) -> Result<(), StoreError> {
         check_bounds(offset, len, self.size)?;
+        self.invalidate_prefetch(offset, len);
         self.settle_range(offset, len)?;
         if len == 0 {
             return Ok(());
@@ -442,6 +465,40 @@ impl Store for ImageStore {
     fn end_batch(&mut self) {
         if let Some(w) = &mut self.writer {
             w.end_batch();
+        }
+    }
+
+    unsafe fn prefetch(&mut self, reads: &[PrefetchRead]) {
+        let Some(p) = &mut self.prefetcher else {
+            return;
+        };
+        // Only what the file already holds in full: no write of the range may still be
+        // held back or queued (a read waits for those, and so would the copy).
+        let writer = &self.writer;
+        let size = self.size;
+        let reads: Vec<PrefetchRead> = reads
+            .iter()
+            .copied()
+            .filter(|r| {
+                r.len > 0
+                    && r.len < MIN_SPLIT_READ_BYTES
+                    && check_bounds(r.offset, r.len as u64, size).is_ok()
+                    && !writer
+                        .as_ref()
+                        .is_some_and(|w| w.has_writes_in(r.offset, r.len as u64))
+            })
+            .collect();
+        if reads.len() >= MIN_PREFETCH_READS {
+            // SAFETY: the caller's promise (`Store::prefetch`) is the one `issue` needs:
+            // the buffers stay valid and untouched until `read_at` (which `take`s them)
+            // or `settle_prefetches` returns.
+            unsafe { p.issue(&reads) };
+        }
+    }
+
+    fn settle_prefetches(&mut self) {
+        if let Some(p) = &mut self.prefetcher {
+            p.settle();
         }
     }
 
@@ -801,6 +858,60 @@ mod tests {
         store.write_owned(user + 16384, &mut buf).unwrap();
         store.end_batch();
         assert_eq!(in_file(user + 16384), pattern(5, 4096));
+    }
+
+    #[test]
+    fn prefetched_reads_are_what_a_read_at_the_cards_moment_gives() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_path, mut store) = new_image(&dir);
+        store.set_io_threads(true).unwrap();
+        let user = layout().user_offset();
+        let old = pattern(1, 6 * 4096);
+        store.write_at(user, &old).unwrap();
+        // A write queued on the writer thread: its range is not prefetched.
+        let mut queued = pattern(2, 64 << 10);
+        store.write_owned(user + (1 << 20), &mut queued).unwrap();
+        let mut bufs = vec![vec![0u8; 4096]; 7];
+        let offsets: Vec<u64> = (0..6)
+            .map(|i| user + i * 4096)
+            .chain([user + (1 << 20)])
+            .collect();
+        let reads: Vec<PrefetchRead> = bufs
+            .iter_mut()
+            .zip(&offsets)
+            .map(|(b, &offset)| PrefetchRead {
+                offset,
+                dest: b.as_mut_ptr(),
+                len: 4096,
+            })
+            .collect();
+        // SAFETY: the buffers outlive the round (settled below) and are only touched by
+        // `read_at`.
+        unsafe { store.prefetch(&reads) };
+        if let Some(p) = &store.prefetcher {
+            p.wait_for_helper();
+        }
+        // After the copies landed: a write, a held-back write and a fill of three of
+        // the ranges; the card's reads must see them, not the copies.
+        let new = pattern(9, 4096);
+        store.write_at(user + 4096, &new).unwrap();
+        store.end_batch();
+        let mut held = pattern(10, 4096);
+        store.write_owned(user + 2 * 4096, &mut held).unwrap();
+        store.fill(user + 3 * 4096, 4096, 0).unwrap();
+        for (b, &offset) in bufs.iter_mut().zip(&offsets) {
+            store.read_at(offset, b).unwrap();
+        }
+        store.settle_prefetches();
+        assert!(bufs[0] == old[..4096], "untouched: the copy stands");
+        assert!(bufs[1] == pattern(9, 4096), "written after the copy");
+        assert!(bufs[2] == pattern(10, 4096), "held back after the copy");
+        assert!(bufs[3] == vec![0u8; 4096], "filled after the copy");
+        assert!(bufs[4] == old[4 * 4096..5 * 4096], "untouched");
+        assert!(
+            bufs[6] == pattern(2, 4096),
+            "queued before: read after it landed"
+        );
     }
 
     /// Bytes allocated to the file on disk (st_blocks is in 512-byte units).

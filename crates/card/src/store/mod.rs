@@ -12,10 +12,12 @@
 
 mod image;
 mod mem;
+mod prefetch;
 mod writer;
 
 pub use image::{read_header, ImageHeader, ImageStore};
 pub use mem::{MemStore, NullStore};
+pub use prefetch::{PrefetchRead, MIN_PREFETCH_READS};
 
 /// Sizes of the areas of one card, in bytes. All are multiples of 512.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -91,6 +93,22 @@ pub trait Store {
     /// the file at once); reads, syncs and fills still see every write made before them.
     /// A failure is reported by the next call, as the kernel reports a failed writeback.
     fn end_batch(&mut self) {}
+    /// The owner will read these ranges in this round, each into its own buffer: a
+    /// store may start the copies now on another thread ([`ImageStore`] with
+    /// [`ImageStore::set_io_threads`] does, for rounds of [`MIN_PREFETCH_READS`] reads or
+    /// more). A later `read_at` of exactly one of them into its buffer then finds the
+    /// data there and returns; any other `read_at` reads as before. What `read_at`
+    /// returns is the same either way: a write or fill of a range voids its prefetch.
+    ///
+    /// # Safety
+    /// Each `dest..dest + len` must stay valid for writes, and the caller must neither
+    /// read nor write those bytes, until a `read_at` into them has returned or
+    /// `settle_prefetches` has.
+    unsafe fn prefetch(&mut self, _reads: &[PrefetchRead]) {}
+    /// Wait for every copy `prefetch` started, used or not. The owner calls it before it
+    /// hands any buffer of the round back (publishes a completion) and before the
+    /// memory may go away.
+    fn settle_prefetches(&mut self) {}
     /// Set `len` bytes at `offset` to `byte`. For `byte == 0` implementations should
     /// deallocate (punch a hole) rather than write zeroes.
     fn fill(&mut self, offset: u64, len: u64, byte: u8) -> Result<(), StoreError>;

@@ -83,20 +83,23 @@ impl Shared {
     }
 }
 
-fn overlaps((o, l): (u64, u64), offset: u64, len: u64) -> bool {
+pub(super) fn overlaps((o, l): (u64, u64), offset: u64, len: u64) -> bool {
     o < offset.saturating_add(len) && offset < o.saturating_add(l)
 }
 
 /// A thread doing the jobs sent to it, in order; dropping it closes the channel and
 /// waits for the thread to finish what it was sent.
-struct Worker<T> {
+pub(super) struct Worker<T> {
     name: &'static str,
     jobs: Option<mpsc::Sender<T>>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl<T: Send + 'static> Worker<T> {
-    fn start(name: &'static str, mut work: impl FnMut(T) + Send + 'static) -> io::Result<Self> {
+    pub(super) fn start(
+        name: &'static str,
+        mut work: impl FnMut(T) + Send + 'static,
+    ) -> io::Result<Self> {
         let (tx, rx) = mpsc::channel::<T>();
         let thread = std::thread::Builder::new()
             .name(name.into())
@@ -109,7 +112,7 @@ impl<T: Send + 'static> Worker<T> {
     }
 
     /// Hand `job` over; false if the thread is gone.
-    fn send(&self, job: T) -> bool {
+    pub(super) fn send(&self, job: T) -> bool {
         self.jobs
             .as_ref()
             .is_some_and(|jobs| jobs.send(job).is_ok())
@@ -320,6 +323,19 @@ impl Writer {
             s = self.shared.wait(s);
         }
         s.error.take().map_or(Ok(()), Err)
+    }
+
+    /// Whether a write held back or queued overlaps `[offset, offset + len)`.
+    pub fn has_writes_in(&self, offset: u64, len: u64) -> bool {
+        self.staged
+            .iter()
+            .any(|j| overlaps((j.offset, j.buf.len() as u64), offset, len))
+            || self
+                .shared
+                .lock()
+                .pending
+                .iter()
+                .any(|&p| overlaps(p, offset, len))
     }
 
     /// The first write that failed since the last call, if any.
