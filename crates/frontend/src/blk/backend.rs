@@ -299,8 +299,8 @@ impl Inner {
             if chains.is_empty() {
                 empty_rounds += 1;
             }
+            let mut parsed = Vec::with_capacity(chains.len());
             for chain in chains {
-                let head = chain.head_index();
                 let arrival = match self.pacing {
                     Pacing::Realtime { .. } => {
                         let (card0, pacing) = (self.target.now(), self.pacing);
@@ -312,7 +312,17 @@ impl Inner {
                     // is the arrival, and no clock is read per request.
                     Pacing::Off => self.target.now(),
                 };
-                match parse(chain, &limits) {
+                parsed.push((chain.head_index(), arrival, parse(chain, &limits)));
+            }
+            // Without pacing the card runs through the whole round at once: its reads'
+            // copies can start now, beside the submissions and the card model. Paced,
+            // the device thread has the time.
+            if self.pacing == Pacing::Off {
+                let reads = parsed.iter().filter_map(|(_, _, r)| r.as_ref().ok());
+                self.target.prefetch_reads(&mem, reads);
+            }
+            for (head, arrival, parsed) in parsed {
+                match parsed {
                     Ok(req) => self.target.submit(&*mem, head, req, arrival),
                     Err(ParseError {
                         status,
@@ -503,17 +513,23 @@ impl VhostUserBackend for EmmcBlkBackend {
             return Err(io::Error::other(format!("unexpected events {evset:?}")));
         }
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        match device_event {
-            0 => inner.process_queue(&vrings[0])?,
+        let round = match device_event {
+            0 => inner.process_queue(&vrings[0]),
             TIMER_EVENT => {
                 inner.completions.timer_fired();
-                inner.drive(&vrings[0])?
+                inner.drive(&vrings[0])
             }
             other => return Err(io::Error::other(format!("unknown event {other}"))),
-        }
+        };
+        // A round that ended early on an error may have left reads' copies under way;
+        // none may outlive the lock (the memory map may change once it is released).
+        inner.target.settle_prefetches();
+        round?;
         // The round's completions are signalled: the image gets its held-back writes
         // now, off the requests' way (each round the poll window takes ends the same).
         inner.target.end_batch();
-        inner.poll_for_more(&vrings[0])
+        let more = inner.poll_for_more(&vrings[0]);
+        inner.target.settle_prefetches();
+        more
     }
 }

@@ -122,6 +122,31 @@ fn guest_pieces(
     })
 }
 
+/// Where bytes `[offset, offset + len)` of the data in `segs` lie in this process's
+/// memory, when they are one contiguous piece of one region of `mem`.
+fn contiguous_in(
+    mem: &GuestMemoryMmap,
+    segs: &[Segment],
+    offset: u64,
+    len: usize,
+) -> Option<*mut u8> {
+    let mut pieces = guest_pieces(segs, offset, len);
+    let (first, r) = pieces.next()?;
+    let mut end = first.checked_add(r.len() as u64)?;
+    let mut covered = r.len();
+    for (at, r) in pieces {
+        if at != end {
+            return None;
+        }
+        end = at.checked_add(r.len() as u64)?;
+        covered += r.len();
+    }
+    if covered != len {
+        return None;
+    }
+    Some(mem.get_slice(first, len).ok()?.ptr_guard_mut().as_ptr())
+}
+
 impl GuestData {
     /// The request `req` belongs to, the byte offset of `lba` in its data and the guest
     /// memory; `None` (and a log line) when it is gone.
@@ -142,21 +167,7 @@ impl GuestData {
     /// in `self.held`.
     fn contiguous(&mut self, req: &BlkRequest, lba: u64, len: usize) -> Option<*mut u8> {
         let (f, offset, mem) = self.locate(req, lba)?;
-        let mut pieces = guest_pieces(&f.req.data, offset, len);
-        let (first, r) = pieces.next()?;
-        let mut end = first.checked_add(r.len() as u64)?;
-        let mut covered = r.len();
-        for (at, r) in pieces {
-            if at != end {
-                return None;
-            }
-            end = at.checked_add(r.len() as u64)?;
-            covered += r.len();
-        }
-        if covered != len {
-            return None;
-        }
-        let ptr = mem.get_slice(first, len).ok()?.ptr_guard_mut().as_ptr();
+        let ptr = contiguous_in(&mem, &f.req.data, offset, len)?;
         self.held = Some(mem);
         Some(ptr)
     }
@@ -442,9 +453,54 @@ impl CardTarget {
         self.drv.submit(block, queued);
     }
 
+    /// The round's requests, before they are submitted: let the image start copying
+    /// the reads among them into their guest buffers now, on its helper thread, while
+    /// this thread submits them and runs the card model ([`Card::prefetch_user_reads`]);
+    /// the card's own read of each then finds the data in place. Nothing the guest sees
+    /// changes but the time it takes. The caller submits them and runs the card next
+    /// ([`CardTarget::run_until`]), which waits for every copy before it returns, so no
+    /// copy outlives the round or lands in a buffer already handed back. `mem` is the
+    /// memory the requests were parsed in, held by the caller for the round.
+    pub fn prefetch_reads<'a>(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        reqs: impl Iterator<Item = &'a Request>,
+    ) {
+        // Packed reads reach the guest through the driver's buffer (`read_data`), where
+        // the card's reads would not meet the copies: only reads the card makes straight
+        // into guest memory (`read_target`, for a request in one piece) are prefetched.
+        if self.drv.config().packed_reads {
+            return;
+        }
+        let mut targets: Vec<(u64, *mut u8, usize)> = reqs
+            .filter(|r| r.kind == RequestKind::Read)
+            .filter_map(|r| {
+                let len = usize::try_from(r.data_len).ok()?;
+                Some((r.sector, contiguous_in(mem, &r.data, 0, len)?, len))
+            })
+            .collect();
+        if targets.len() < emmc_card::store::MIN_PREFETCH_READS {
+            return;
+        }
+        // The elevator hands the card its reads in ascending sector order; the helper
+        // starts from the other end, so that the two meet once rather than queue behind
+        // each other (the card reads a range itself when it gets there first).
+        targets.sort_unstable_by_key(|t| std::cmp::Reverse(t.0));
+        // SAFETY: each pointer is the start of `len` bytes of one region of `mem`
+        // (`contiguous_in`), which the caller keeps mapped for the round; the bytes are
+        // the device-writable buffer of a read the guest has handed to the device until
+        // it completes. Nothing in this process touches them before the card reads into
+        // them, since a read in one piece goes through `read_target` into that same
+        // memory (packed reads are excluded above), and `run_until` settles every copy
+        // before any completion of the round is taken (the backend settles them too when
+        // a round ends early, before it releases the lock a memory update needs).
+        unsafe { self.drv.host_mut().card.prefetch_user_reads(&targets) };
+    }
+
     /// Run the driver up to card time `until` (`Nanos::MAX`: until every request has
     /// finished, without idling past the last). Finished requests are in
-    /// [`CardTarget::take_finished`].
+    /// [`CardTarget::take_finished`]. Copies started by [`CardTarget::prefetch_reads`]
+    /// are finished when it returns.
     pub fn run_until(&mut self, until: Nanos) {
         loop {
             if until == Nanos::MAX && !self.drv.in_progress() {
@@ -458,6 +514,7 @@ impl CardTarget {
                 break;
             }
         }
+        self.drv.host_mut().card.settle_prefetches();
     }
 
     fn completed(&mut self, block: BlkRequest, at: Nanos, result: Result<(), BlkError>) {
@@ -508,7 +565,14 @@ impl CardTarget {
     }
 
     /// Forget the requests of a frontend that went away.
+    /// Wait for every copy [`CardTarget::prefetch_reads`] started (`run_until` does it
+    /// too; this is for a round that ends before the card ran).
+    pub fn settle_prefetches(&mut self) {
+        self.drv.host_mut().card.settle_prefetches();
+    }
+
     fn abandon_requests(&mut self) {
+        self.settle_prefetches();
         let n = self.drv.data().reqs.len();
         if n > 0 {
             log::info!("{n} requests of the departed frontend are dropped");

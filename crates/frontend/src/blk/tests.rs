@@ -14,6 +14,7 @@ use emmc_card::model::DeviceModel;
 use emmc_card::store::MemStore;
 use emmc_card::timing::Nanos;
 use emmc_card::Card;
+use emmc_host::iosched::Elevator;
 
 struct Rig {
     backend: EmmcBlkBackend,
@@ -968,5 +969,114 @@ fn small_image_writes_held_back_for_a_round_read_back_and_reach_the_image_at_a_f
         file.read_exact_at(&mut b, user + block * 4096).unwrap();
         let want = last[block as usize];
         assert_eq!(b, vec![want; 4096], "block {block} in the image");
+    }
+}
+
+#[test]
+fn reads_copied_ahead_on_the_image_thread_return_what_reads_on_the_device_thread_do() {
+    // With the card's cache the round's writes wait in it (the card lays them over the
+    // copies); without, each goes to the image at once (and voids the copy of its range).
+    // CFQ serves a round's reads before its writes; noop keeps ring order, so that
+    // writes reach the image between a read's copy and the card's read.
+    for cache in [true, false] {
+        for elevator in [DriverPolicy::default().elevator, Elevator::Noop] {
+            reads_copied_ahead_match_reads_on_the_device_thread(cache, elevator);
+        }
+    }
+}
+
+fn reads_copied_ahead_match_reads_on_the_device_thread(cache: bool, elevator: Elevator) {
+    use emmc_card::store::ImageStore;
+    let dir = tempfile::tempdir().unwrap();
+    let mut model = model(0);
+    if !cache {
+        model.ext_csd.cache_size = 0;
+    }
+    // The same rounds through two daemons: one whose image copies a round's reads ahead
+    // on its helper thread (I/O threads on, no pacing), one that reads each on the
+    // device thread. Every round mixes 16 reads with 8 writes of the same 64 blocks, in
+    // ring order and out, so that writes land between a read's copy and the card's read.
+    let rig = |name: &str, threads: bool| {
+        let path = dir.path().join(name);
+        let mut store = ImageStore::create(&path, Card::layout_for(&model), &model.name).unwrap();
+        store.set_io_threads(threads).unwrap();
+        let card = Card::new(model.clone(), Box::new(store)).unwrap();
+        let policy = DriverPolicy {
+            elevator,
+            ..DriverPolicy::default()
+        };
+        let target = CardTarget::new(card, &model, &policy).unwrap();
+        Rig::with_target(target, Pacing::Off)
+    };
+    let (mut ahead, mut here) = (rig("ahead.img", true), rig("here.img", false));
+    const BLOCKS: u64 = 64;
+    const READS: u64 = 16;
+    const WRITES: u64 = 8;
+    let read_buf = |i: u64| DATA + 0x40_0000 + 4096 * i;
+    for round in 0..16u64 {
+        let mut results = Vec::new();
+        for rig in [&mut ahead, &mut here] {
+            for i in 0..READS + WRITES {
+                let (hdr, status) = (HDR + 16 * i, STATUS + i);
+                if i % 3 == 2 {
+                    let w = i / 3;
+                    let block = (round * 11 + w * 7) % BLOCKS;
+                    let data = DATA + 4096 * w;
+                    rig.write_header(hdr, VIRTIO_BLK_T_OUT, block * 8);
+                    let version = (round * WRITES + w) as u8 + 1;
+                    rig.mem
+                        .memory()
+                        .write_slice(&[version; 4096], GuestAddress(data))
+                        .unwrap();
+                    rig.stage(&[(hdr, 16, false), (data, 4096, false), (status, 1, true)]);
+                } else {
+                    let r = i - i / 3;
+                    let block = (round * 5 + r * 9) % BLOCKS;
+                    rig.write_header(hdr, VIRTIO_BLK_T_IN, block * 8);
+                    rig.mem
+                        .memory()
+                        .write_slice(&[0xEE; 4096], GuestAddress(read_buf(r)))
+                        .unwrap();
+                    rig.stage(&[
+                        (hdr, 16, false),
+                        (read_buf(r), 4096, true),
+                        (status, 1, true),
+                    ]);
+                }
+            }
+            rig.publish();
+            rig.kick();
+            assert_eq!(
+                rig.used().len() as u64,
+                READS + WRITES,
+                "round {round}, cache {cache}"
+            );
+            let statuses: Vec<u8> = (0..READS + WRITES)
+                .map(|i| rig.status(STATUS + i))
+                .collect();
+            assert!(
+                statuses.iter().all(|&s| s == VIRTIO_BLK_S_OK),
+                "round {round}"
+            );
+            let reads: Vec<Vec<u8>> = (0..READS)
+                .map(|r| {
+                    let mut b = vec![0u8; 4096];
+                    rig.mem
+                        .memory()
+                        .read_slice(&mut b, GuestAddress(read_buf(r)))
+                        .unwrap();
+                    b
+                })
+                .collect();
+            results.push(reads);
+        }
+        for (r, (a, h)) in results[0].iter().zip(&results[1]).enumerate() {
+            assert!(
+                a == h,
+                "cache {cache}, {elevator:?}, round {round}, read {r}: {:?} against {:?}",
+                &a[..4],
+                &h[..4]
+            );
+        }
     }
 }
