@@ -460,7 +460,9 @@ impl CardTarget {
     /// changes but the time it takes. The caller submits them and runs the card next
     /// ([`CardTarget::run_until`]), which waits for every copy before it returns, so no
     /// copy outlives the round or lands in a buffer already handed back. `mem` is the
-    /// memory the requests were parsed in, held by the caller for the round.
+    /// memory the requests were parsed in, which must stay mapped until then (the blk
+    /// backend's map cannot change during a round: a memory update takes the lock the
+    /// round holds).
     pub fn prefetch_reads<'a>(
         &mut self,
         mem: &GuestMemoryMmap,
@@ -487,7 +489,8 @@ impl CardTarget {
         // each other (the card reads a range itself when it gets there first).
         targets.sort_unstable_by_key(|t| std::cmp::Reverse(t.0));
         // SAFETY: each pointer is the start of `len` bytes of one region of `mem`
-        // (`contiguous_in`), which the caller keeps mapped for the round; the bytes are
+        // (`contiguous_in`), which stays mapped for the round (the caller's promise
+        // above); the bytes are
         // the device-writable buffer of a read the guest has handed to the device until
         // it completes. Nothing in this process touches them before the card reads into
         // them, since a read in one piece goes through `read_target` into that same
@@ -564,13 +567,13 @@ impl CardTarget {
         std::mem::take(&mut self.finished)
     }
 
-    /// Forget the requests of a frontend that went away.
     /// Wait for every copy [`CardTarget::prefetch_reads`] started (`run_until` does it
     /// too; this is for a round that ends before the card ran).
     pub fn settle_prefetches(&mut self) {
         self.drv.host_mut().card.settle_prefetches();
     }
 
+    /// Forget the requests of a frontend that went away.
     fn abandon_requests(&mut self) {
         self.settle_prefetches();
         let n = self.drv.data().reqs.len();
