@@ -14,12 +14,14 @@
 //! * every later store write, fill or held-back write of an overlapping range makes the
 //!   prefetch void ([`Prefetcher::invalidate`]) before the file changes; the card then
 //!   reads the range itself;
-//! * [`Prefetcher::take`] waits until the copy is finished, whether it stands or not,
-//!   so a late copy can never land on top of the card's own read, and a copy that
-//!   failed is simply redone by the caller (which reports the error as before);
-//! * [`Prefetcher::settle`] waits for every copy of the round, taken or not: the owner
-//!   calls it before any completion of the round is published, so nothing is written
-//!   into a buffer the guest has been given back, or into memory that may be unmapped.
+//! * [`Prefetcher::take`] withdraws a copy the helper has not begun (the caller reads
+//!   the range itself) and waits for one under way, whether it stands or not, so a late
+//!   copy can never land on top of the card's own read; a copy that failed is simply
+//!   redone by the caller (which reports the error as before);
+//! * [`Prefetcher::settle`] does the same for every copy of the round, taken or not: the
+//!   owner calls it before any completion of the round is published, so nothing is
+//!   written into a buffer the guest has been given back, or into memory that may be
+//!   unmapped.
 
 use std::fs::File;
 use std::io;
@@ -165,13 +167,21 @@ impl Prefetcher {
         }
         let mut by_dest: Vec<PrefetchRead> = reads.to_vec();
         by_dest.sort_unstable_by_key(|r| r.dest as usize);
-        // Reads into shared memory (a guest's own doing) are the card's alone.
+        // Reads into shared memory (a guest's own doing) are the card's alone: each read
+        // is compared with the one reaching furthest among those before it.
         let mut shared = vec![false; by_dest.len()];
-        for i in 1..by_dest.len() {
-            let (a, b) = (&by_dest[i - 1], &by_dest[i]);
-            if (a.dest as usize).saturating_add(a.len) > b.dest as usize {
-                shared[i - 1] = true;
-                shared[i] = true;
+        let mut furthest: Option<(usize, usize)> = None; // (end, index)
+        for (i, r) in by_dest.iter().enumerate() {
+            let start = r.dest as usize;
+            if let Some((end, j)) = furthest {
+                if start < end {
+                    shared[i] = true;
+                    shared[j] = true;
+                }
+            }
+            let end = start.saturating_add(r.len);
+            if furthest.is_none_or(|(e, _)| end > e) {
+                furthest = Some((end, i));
             }
         }
         let kept: Vec<PrefetchRead> = by_dest
@@ -415,15 +425,18 @@ mod tests {
     fn reads_into_shared_memory_are_left_to_the_caller() {
         let (_d, f) = file(&pattern(16 << 10));
         let mut p = Prefetcher::start(&f).unwrap();
-        let mut a = vec![0u8; 8192];
-        let (whole, second) = (read(0, &mut a), read(8192, &mut a[4096..]));
+        let mut a = vec![0u8; 16384];
+        // `whole` covers `first` and `last`, which do not meet each other.
+        let whole = read(0, &mut a);
+        let (first, last) = (read(8192, &mut a[..4096]), read(12288, &mut a[12288..]));
         let mut b = vec![0u8; 4096];
         let other = read(4096, &mut b);
         // SAFETY: as above.
-        unsafe { p.issue(&[whole, second, other]) };
+        unsafe { p.issue(&[whole, first, last, other]) };
         p.wait_for_helper();
         assert!(!p.take(whole.offset, whole.dest, whole.len));
-        assert!(!p.take(second.offset, second.dest, second.len));
+        assert!(!p.take(first.offset, first.dest, first.len));
+        assert!(!p.take(last.offset, last.dest, last.len));
         assert!(
             p.take(other.offset, other.dest, other.len),
             "its own memory"
