@@ -114,6 +114,16 @@ fn wait_while_copying(state: &AtomicU8) -> u8 {
     }
 }
 
+/// Take a copy back from the helper: withdraw it if it has not begun, wait for it if it
+/// is under way. Returns where it ends (WITHDRAWN, COPIED or FAILED).
+fn withdraw(state: &AtomicU8) -> u8 {
+    match state.compare_exchange(QUEUED, WITHDRAWN, Ordering::Acquire, Ordering::Acquire) {
+        Ok(_) => WITHDRAWN,
+        Err(COPYING) => wait_while_copying(state),
+        Err(s) => s,
+    }
+}
+
 impl Prefetcher {
     /// Start the helper on its own handle of `file`.
     pub fn start(file: &File) -> io::Result<Prefetcher> {
@@ -165,40 +175,29 @@ impl Prefetcher {
         if self.states.is_some() {
             return;
         }
-        let mut by_dest: Vec<PrefetchRead> = reads.to_vec();
-        by_dest.sort_unstable_by_key(|r| r.dest as usize);
-        // Reads into shared memory (a guest's own doing) are the card's alone: each read
-        // is compared with the one reaching furthest among those before it.
-        let mut shared = vec![false; by_dest.len()];
+        // Reads into shared memory (a guest's own doing) are the card's alone: in address
+        // order, each read is compared with the one reaching furthest before it.
+        let mut by_dest: Vec<usize> = (0..reads.len()).collect();
+        by_dest.sort_unstable_by_key(|&i| reads[i].dest as usize);
+        let mut shared = vec![false; reads.len()];
         let mut furthest: Option<(usize, usize)> = None; // (end, index)
-        for (i, r) in by_dest.iter().enumerate() {
-            let start = r.dest as usize;
-            if let Some((end, j)) = furthest {
-                if start < end {
-                    shared[i] = true;
-                    shared[j] = true;
-                }
+        for &i in &by_dest {
+            let start = reads[i].dest as usize;
+            if let Some((_, j)) = furthest.filter(|&(end, _)| start < end) {
+                shared[i] = true;
+                shared[j] = true;
             }
-            let end = start.saturating_add(r.len);
+            let end = start.saturating_add(reads[i].len);
             if furthest.is_none_or(|(e, _)| end > e) {
                 furthest = Some((end, i));
             }
         }
-        let kept: Vec<PrefetchRead> = by_dest
-            .into_iter()
-            .zip(shared)
-            .filter_map(|(r, shared)| (!shared).then_some(r))
-            .collect();
         // The helper works in the caller's order; `issued` is kept by address.
-        let mut ordered: Vec<PrefetchRead> = reads
+        let ordered: Vec<PrefetchRead> = reads
             .iter()
-            .copied()
-            .filter(|r| {
-                kept.binary_search_by_key(&(r.dest as usize), |k| k.dest as usize)
-                    .is_ok()
-            })
+            .zip(&shared)
+            .filter_map(|(&r, &shared)| (!shared).then_some(r))
             .collect();
-        ordered.dedup_by_key(|r| r.dest as usize);
         let states: Arc<[AtomicU8]> = ordered.iter().map(|_| AtomicU8::new(QUEUED)).collect();
         self.issued = ordered
             .iter()
@@ -257,17 +256,7 @@ impl Prefetcher {
             .iter_mut()
             .take_while(|i| i.dest < dest.saturating_add(len))
         {
-            let state = &states[i.index];
-            let s = match state.compare_exchange(
-                QUEUED,
-                WITHDRAWN,
-                Ordering::Acquire,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => WITHDRAWN,
-                Err(COPYING) => wait_while_copying(state),
-                Err(s) => s,
-            };
+            let s = withdraw(&states[i.index]);
             stands = (i.offset, i.dest, i.len) == (offset, dest, len) && i.usable && s == COPIED;
             i.usable = false;
         }
@@ -287,11 +276,7 @@ impl Prefetcher {
     fn withdraw_all(&self) {
         if let Some(states) = &self.states {
             for state in states.iter() {
-                if let Err(COPYING) =
-                    state.compare_exchange(QUEUED, WITHDRAWN, Ordering::Acquire, Ordering::Acquire)
-                {
-                    wait_while_copying(state);
-                }
+                withdraw(state);
             }
         }
     }

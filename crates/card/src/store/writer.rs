@@ -292,17 +292,20 @@ impl Writer {
     /// held-back ones first if one does); then report a queued write that failed since
     /// the last report.
     pub fn wait_for(&mut self, offset: u64, len: u64) -> io::Result<()> {
-        if self
-            .staged
-            .iter()
-            .any(|j| overlaps((j.offset, j.buf.len() as u64), offset, len))
-        {
+        if self.staged_overlap(offset, len) {
             self.write_staged_here();
         }
         self.wait_queued(offset, len)
             .error
             .take()
             .map_or(Ok(()), Err)
+    }
+
+    /// Whether a write held back overlaps `[offset, offset + len)`.
+    fn staged_overlap(&self, offset: u64, len: u64) -> bool {
+        self.staged
+            .iter()
+            .any(|j| overlaps((j.offset, j.buf.len() as u64), offset, len))
     }
 
     /// Wait until no queued write overlaps `[offset, offset + len)`; returns the lock.
@@ -327,9 +330,7 @@ impl Writer {
 
     /// Whether a write held back or queued overlaps `[offset, offset + len)`.
     pub fn has_writes_in(&self, offset: u64, len: u64) -> bool {
-        self.staged
-            .iter()
-            .any(|j| overlaps((j.offset, j.buf.len() as u64), offset, len))
+        self.staged_overlap(offset, len)
             || self
                 .shared
                 .lock()
