@@ -10,6 +10,7 @@
 //!
 //! A store never holds the image in memory: a 32 GiB card runs in a few MiB.
 
+mod handoff;
 mod image;
 mod mem;
 mod prefetch;

@@ -26,9 +26,10 @@
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::AtomicU8;
 use std::sync::Arc;
 
+use super::handoff::{self, withdraw, COPIED, QUEUED};
 use super::writer::{overlaps, Worker};
 
 /// A read the owner will make in this round: `len` bytes of the image at `offset`, into
@@ -44,16 +45,6 @@ pub struct PrefetchRead {
 /// one read alone (a QD1 client) would wait for the helper's wake-up instead of saving
 /// anything.
 pub const MIN_PREFETCH_READS: usize = 4;
-
-// Where one copy stands (an `AtomicU8` per copy, shared by the owner and the helper).
-/// Waiting for the helper.
-const QUEUED: u8 = 0;
-/// The helper is copying it.
-const COPYING: u8 = 1;
-const COPIED: u8 = 2;
-const FAILED: u8 = 3;
-/// The owner took it back before the helper began: the helper skips it.
-const WITHDRAWN: u8 = 4;
 
 /// One round's copies for the helper, with their states.
 struct Batch {
@@ -97,61 +88,28 @@ impl std::fmt::Debug for Prefetcher {
     }
 }
 
-/// Wait while the copy is under way (a copy takes microseconds: spin, then yield).
-fn wait_while_copying(state: &AtomicU8) -> u8 {
-    let mut spins = 0u32;
-    loop {
-        let s = state.load(Ordering::Acquire);
-        if s != COPYING {
-            return s;
-        }
-        spins += 1;
-        if spins < 1000 {
-            std::hint::spin_loop();
-        } else {
-            std::thread::yield_now();
-        }
-    }
-}
-
-/// Take a copy back from the helper: withdraw it if it has not begun, wait for it if it
-/// is under way. Returns where it ends (WITHDRAWN, COPIED or FAILED).
-fn withdraw(state: &AtomicU8) -> u8 {
-    match state.compare_exchange(QUEUED, WITHDRAWN, Ordering::Acquire, Ordering::Acquire) {
-        Ok(_) => WITHDRAWN,
-        Err(COPYING) => wait_while_copying(state),
-        Err(s) => s,
-    }
-}
-
 impl Prefetcher {
     /// Start the helper on its own handle of `file`.
     pub fn start(file: &File) -> io::Result<Prefetcher> {
         let file = file.try_clone()?;
         let worker = Worker::start("image-prefetch", move |batch: Batch| {
             for (read, state) in batch.reads.iter().zip(batch.states.iter()) {
-                if state
-                    .compare_exchange(QUEUED, COPYING, Ordering::Acquire, Ordering::Relaxed)
-                    .is_err()
-                {
+                if !handoff::begin(state) {
                     continue; // withdrawn
                 }
                 // SAFETY: `read.dest` and the `len` bytes after it are memory the owner
                 // keeps valid and does not touch while this copy is COPYING (`issue`'s
                 // contract; `take` and `settle` wait for it to end).
                 let dest = unsafe { std::slice::from_raw_parts_mut(read.dest, read.len) };
-                let done = match file.read_exact_at(dest, read.offset) {
-                    Ok(()) => COPIED,
-                    Err(e) => {
-                        log::debug!(
-                            "prefetch of {} bytes at offset {}: {e}; the card reads it itself",
-                            read.len,
-                            read.offset
-                        );
-                        FAILED
-                    }
-                };
-                state.store(done, Ordering::Release);
+                let result = file.read_exact_at(dest, read.offset);
+                if let Err(e) = &result {
+                    log::debug!(
+                        "prefetch of {} bytes at offset {}: {e}; the card reads it itself",
+                        read.len,
+                        read.offset
+                    );
+                }
+                handoff::finish(state, result.is_ok());
             }
         })?;
         Ok(Prefetcher {
@@ -296,7 +254,7 @@ impl Prefetcher {
     pub fn wait_for_helper(&self) {
         if let Some(states) = &self.states {
             for state in states.iter() {
-                while matches!(state.load(Ordering::Acquire), QUEUED | COPYING) {
+                while !handoff::settled(state) {
                     std::thread::yield_now();
                 }
             }
