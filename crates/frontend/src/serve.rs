@@ -121,7 +121,7 @@ pub enum ImageIoArg {
     /// thread, overlapping the next request; smaller ones wait for the end of the round
     /// of requests (blk and mmc transports), after its completions are signalled, and go
     /// out together (reads, syncs and the card's durable programs wait for both:
-    /// docs/durability.md); reads of 256 KiB and more are split over two threads; with
+    /// docs/durability.md); reads of 64 KiB and more are split over two threads; with
     /// `--timing off`, a blk round of four or more smaller reads has them copied into
     /// guest memory on a helper thread while the card model runs.
     #[default]

@@ -151,7 +151,7 @@ impl ImageStore {
     }
 
     /// Write what `write_owned` hands over in 64 KiB or more on a thread of its own, and
-    /// read 256 KiB and more in two halves at once, one on a second thread (`serve`
+    /// read 64 KiB and more in two halves at once, one on a second thread (`serve`
     /// does); or do everything on the caller's thread (the default). Switching off waits
     /// for the queued writes.
     pub fn set_io_threads(&mut self, on: bool) -> Result<(), StoreError> {

@@ -21,15 +21,20 @@
 //! the rules above: a read, fill or sync of their range writes them first, and a large
 //! write is queued after them.
 //!
-//! Reads of 256 KiB and more are split in two, the second half read on another thread
-//! while the caller reads the first; the call returns when both are in.
+//! Reads of 64 KiB and more are split in two, the second half read on another thread
+//! while the caller reads the first (or by the caller, if that thread has not begun it
+//! by then); the call returns when both are in.
 
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
+
+use super::handoff::{self, COPIED, QUEUED};
+use std::sync::atomic::AtomicU8;
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// Writes shorter than this are done on the caller's thread (after the queued writes
 /// they overlap): handing them over costs more than the copy.
@@ -98,12 +103,28 @@ pub(super) struct Worker<T> {
 impl<T: Send + 'static> Worker<T> {
     pub(super) fn start(
         name: &'static str,
+        work: impl FnMut(T) + Send + 'static,
+    ) -> io::Result<Self> {
+        Self::start_spinning(name, Duration::ZERO, work)
+    }
+
+    /// Like [`Worker::start`], but after each job the thread keeps polling for the next
+    /// one for `spin` before it goes to sleep: a job sent within that window starts at
+    /// once instead of after a wake-up of the thread, which on a virtual CPU can take
+    /// longer than the job.
+    pub(super) fn start_spinning(
+        name: &'static str,
+        spin: Duration,
         mut work: impl FnMut(T) + Send + 'static,
     ) -> io::Result<Self> {
         let (tx, rx) = mpsc::channel::<T>();
         let thread = std::thread::Builder::new()
             .name(name.into())
-            .spawn(move || rx.into_iter().for_each(&mut work))?;
+            .spawn(move || {
+                while let Some(job) = next_job(&rx, spin) {
+                    work(job);
+                }
+            })?;
         Ok(Worker {
             name,
             jobs: Some(tx),
@@ -129,6 +150,23 @@ impl<T> Drop for Worker<T> {
             }
         }
     }
+}
+
+/// The next job: polled for up to `spin`, then waited for. None once the sender is gone
+/// and everything sent has been taken.
+fn next_job<T>(jobs: &mpsc::Receiver<T>, spin: Duration) -> Option<T> {
+    if !spin.is_zero() {
+        let since = Instant::now();
+        loop {
+            match jobs.try_recv() {
+                Ok(job) => return Some(job),
+                Err(mpsc::TryRecvError::Disconnected) => return None,
+                Err(mpsc::TryRecvError::Empty) if since.elapsed() < spin => std::hint::spin_loop(),
+                Err(mpsc::TryRecvError::Empty) => break,
+            }
+        }
+    }
+    jobs.recv().ok()
 }
 
 /// The image's writer thread and what it has been given.
@@ -353,30 +391,42 @@ impl Drop for Writer {
 }
 
 /// Reads of this size and more are split in two halves, one read on a helper thread
-/// while the caller reads the other. Measured: 1 MiB reads at QD4 4.1-4.3 → 6.6-6.7
-/// GB/s; splitting 128 KiB reads too made them slower (3.3-3.4 → 2.9-3.0 GB/s at QD1),
-/// the hand-over costing more than half a copy.
-pub const MIN_SPLIT_READ_BYTES: usize = 256 << 10;
+/// while the caller reads the other. With a helper that waited to be woken for each
+/// half, 256 KiB was the floor (128 KiB reads got slower); with the helper kept awake
+/// between halves and the caller reading a half the helper has not begun itself, 64
+/// KiB reads gain too (QD4: 2.9-3.1 → 5.6-7.5 GB/s; docs/performance.md).
+pub const MIN_SPLIT_READ_BYTES: usize = 64 << 10;
 
 /// A second half of a read, for the helper.
 struct HalfRead {
-    /// Where the half goes: the caller's buffer, which outlives the read (the caller
-    /// waits for `done` before it returns).
+    /// Where the half goes: the caller's buffer, which outlives the copy (the caller
+    /// takes the copy back, waiting for it if it is under way, before it returns).
     ptr: *mut u8,
     len: usize,
     offset: u64,
-    done: mpsc::SyncSender<io::Result<()>>,
+    state: Arc<AtomicU8>,
 }
 
 // SAFETY: the pointer is only dereferenced by the helper thread, through `pread` into
-// `len` bytes the sending thread reserves for it and does not touch until it has the
-// result (see `Reader::read_exact_at`).
+// `len` bytes the sending thread reserves for it, and only once the helper has claimed
+// the copy (`handoff::begin`); the sender does not touch those bytes until it has taken
+// the copy back (`handoff::withdraw`, which waits while the copy is under way).
 unsafe impl Send for HalfRead {}
+
+/// How long the reader thread keeps polling after a half for the next one: the halves
+/// of a large request's commands, and the next request at a queue depth above one,
+/// follow within microseconds, and waking the thread for each (tens of microseconds on
+/// a virtual CPU) left both threads idle 40% of the time (1 MiB reads at QD4: 4.3 GB/s,
+/// 9-10 GB/s with the thread kept awake).
+const READER_SPIN: Duration = Duration::from_micros(50);
 
 /// A thread that reads the second half of large reads, so that two `pread`s copy out of
 /// the page cache at once (as a thread pool does for qemu-storage-daemon).
 pub struct Reader {
     worker: Worker<HalfRead>,
+    /// Tests hold this to keep the helper from beginning a half.
+    #[cfg(test)]
+    gate: Arc<Mutex<()>>,
 }
 
 impl std::fmt::Debug for Reader {
@@ -388,40 +438,52 @@ impl std::fmt::Debug for Reader {
 impl Reader {
     pub fn start(file: &File) -> io::Result<Reader> {
         let file = file.try_clone()?;
-        let worker = Worker::start("image-reader", move |job: HalfRead| {
+        #[cfg(test)]
+        let gate = Arc::new(Mutex::new(()));
+        #[cfg(test)]
+        let held = Arc::clone(&gate);
+        let worker = Worker::start_spinning("image-reader", READER_SPIN, move |job: HalfRead| {
+            #[cfg(test)]
+            let _open = held.lock();
+            if !handoff::begin(&job.state) {
+                return; // the caller read it itself
+            }
             // SAFETY: `job.ptr..job.ptr + job.len` is the part of the caller's buffer
-            // reserved for this half (see `read_exact_at`): valid for writes, written by
-            // nothing else until the caller has the result.
+            // reserved for this half (see `read_exact_at`): valid for writes, and
+            // untouched by anything else while the copy is COPYING.
             let half = unsafe { std::slice::from_raw_parts_mut(job.ptr, job.len) };
             let result = file.read_exact_at(half, job.offset);
-            // The caller waits for this; if it is gone, nothing is left to tell.
-            let _ = job.done.send(result);
+            handoff::finish(&job.state, result.is_ok());
         })?;
-        Ok(Reader { worker })
+        Ok(Reader {
+            worker,
+            #[cfg(test)]
+            gate,
+        })
     }
 
     /// Fill `buf` from `offset` of `file` (the store's own handle), the second half on
-    /// the helper thread.
+    /// the helper thread if it gets to it before the caller has read the first; the
+    /// caller reads it itself otherwise (or if the helper's read failed, which reports
+    /// the error).
     pub fn read_exact_at(&self, file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
         // Split on a 4 KiB boundary, so that each half copies whole pages.
         let first_len = (buf.len() / 2) & !4095;
         let (first, second) = buf.split_at_mut(first_len);
-        let (done_tx, done_rx) = mpsc::sync_channel(1);
-        let job = HalfRead {
+        let second_offset = offset + first_len as u64;
+        let state = Arc::new(AtomicU8::new(QUEUED));
+        let sent = self.worker.send(HalfRead {
             ptr: second.as_mut_ptr(),
             len: second.len(),
-            offset: offset + first_len as u64,
-            done: done_tx,
-        };
-        let sent = self.worker.send(job);
+            offset: second_offset,
+            state: Arc::clone(&state),
+        });
         let ours = file.read_exact_at(first, offset);
-        let theirs = if sent {
-            // The helper answers every job; a closed channel means it died mid-read.
-            done_rx
-                .recv()
-                .unwrap_or_else(|_| Err(io::Error::other("the image reader thread stopped")))
+        // Take the second half back: from here on the helper does not touch it.
+        let theirs = if sent && handoff::withdraw(&state) == COPIED {
+            Ok(())
         } else {
-            file.read_exact_at(second, offset + first_len as u64)
+            file.read_exact_at(second, second_offset)
         };
         ours.and(theirs)
     }
@@ -502,6 +564,32 @@ mod tests {
         // Past the end of the file: an error, not a short read.
         let mut tail = vec![0u8; 1 << 20];
         assert!(r.read_exact_at(&f, &mut tail, (64 << 20) - 4096).is_err());
+    }
+
+    #[test]
+    fn a_half_the_helper_has_not_begun_is_read_by_the_caller() {
+        let (_d, f) = file();
+        let data: Vec<u8> = (0..512 << 10).map(|i| (i % 253) as u8).collect();
+        f.write_all_at(&data, 4096).unwrap();
+        let r = Reader::start(&f).unwrap();
+        // The helper cannot begin: the caller must take its half back and read it,
+        // not wait for a thread that is not coming.
+        let held = r.gate.lock().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut b = vec![0u8; data.len()];
+                r.read_exact_at(&f, &mut b, 4096).unwrap();
+                tx.send(b).unwrap();
+            });
+            let got = rx.recv_timeout(std::time::Duration::from_secs(60));
+            drop(held);
+            assert!(got.expect("the caller waited for the helper") == data);
+        });
+        // With the helper free again, it takes halves as before.
+        let mut b = vec![0u8; data.len()];
+        r.read_exact_at(&f, &mut b, 4096).unwrap();
+        assert!(b == data);
     }
 
     fn read(f: &File, offset: u64, len: usize) -> Vec<u8> {
