@@ -108,10 +108,10 @@ impl<T: Send + 'static> Worker<T> {
         Self::start_spinning(name, Duration::ZERO, work)
     }
 
-    /// Like [`Worker::start`], but after each job the thread keeps polling for the next
-    /// one for `spin` before it goes to sleep: a job sent within that window starts at
-    /// once instead of after a wake-up of the thread, which on a virtual CPU can take
-    /// longer than the job.
+    /// Like [`Worker::start`], but while jobs come close together the thread keeps
+    /// polling for the next one for `spin` before it goes to sleep (`next_job`): a job
+    /// sent within that window starts at once instead of after a wake-up of the thread,
+    /// which on a virtual CPU can take longer than the job.
     pub(super) fn start_spinning(
         name: &'static str,
         spin: Duration,
@@ -121,7 +121,8 @@ impl<T: Send + 'static> Worker<T> {
         let thread = std::thread::Builder::new()
             .name(name.into())
             .spawn(move || {
-                while let Some(job) = next_job(&rx, spin) {
+                let mut streaming = false;
+                while let Some(job) = next_job(&rx, spin, &mut streaming) {
                     work(job);
                 }
             })?;
@@ -152,11 +153,17 @@ impl<T> Drop for Worker<T> {
     }
 }
 
-/// The next job: polled for up to `spin`, then waited for. None once the sender is gone
-/// and everything sent has been taken.
-fn next_job<T>(jobs: &mpsc::Receiver<T>, spin: Duration) -> Option<T> {
-    if !spin.is_zero() {
-        let since = Instant::now();
+/// Jobs that come further apart than this are not a stream: the thread sleeps between
+/// them without polling first.
+const STREAM_GAP: Duration = Duration::from_millis(1);
+
+/// The next job. While jobs come within [`STREAM_GAP`] of each other it is polled for up
+/// to `spin` before the thread sleeps; once one has come later than that, the thread
+/// sleeps until the next, so a paced device, whose requests are milliseconds apart,
+/// costs no polling. None once the sender is gone and everything sent has been taken.
+fn next_job<T>(jobs: &mpsc::Receiver<T>, spin: Duration, streaming: &mut bool) -> Option<T> {
+    let since = Instant::now();
+    if *streaming {
         loop {
             match jobs.try_recv() {
                 Ok(job) => return Some(job),
@@ -166,7 +173,9 @@ fn next_job<T>(jobs: &mpsc::Receiver<T>, spin: Duration) -> Option<T> {
             }
         }
     }
-    jobs.recv().ok()
+    let job = jobs.recv().ok();
+    *streaming = !spin.is_zero() && since.elapsed() < STREAM_GAP;
+    job
 }
 
 /// The image's writer thread and what it has been given.
