@@ -46,13 +46,6 @@ pub struct PrefetchRead {
 /// anything.
 pub const MIN_PREFETCH_READS: usize = 4;
 
-/// How long the helper polls for the next round's batch before it sleeps, while rounds
-/// come as a stream (`Worker::start`). Woken for each round, the helper began
-/// tens of microseconds late, after the device thread had read most of the round
-/// itself; kept awake, it takes its share from the start (4 KiB random reads, QD32:
-/// 293-306k → 323-489k IOPS, QD8: 194-200k → 339-443k).
-const HELPER_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
-
 /// One round's copies for the helper, with their states.
 struct Batch {
     reads: Vec<PrefetchRead>,
@@ -99,7 +92,7 @@ impl Prefetcher {
     /// Start the helper on its own handle of `file`.
     pub fn start(file: &File) -> io::Result<Prefetcher> {
         let file = file.try_clone()?;
-        let worker = Worker::start("image-prefetch", HELPER_SPIN, move |batch: Batch| {
+        let worker = Worker::start("image-prefetch", move |batch: Batch| {
             for (read, state) in batch.reads.iter().zip(batch.states.iter()) {
                 if !handoff::begin(state) {
                     continue; // withdrawn

@@ -28,13 +28,13 @@
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-
-use super::handoff::{self, COPIED, QUEUED};
 use std::sync::atomic::AtomicU8;
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use super::handoff::{self, COPIED, QUEUED};
 
 /// Writes shorter than this are done on the caller's thread (after the queued writes
 /// they overlap): handing them over costs more than the copy.
@@ -52,13 +52,6 @@ const HAND_OVER_WRITES: usize = 8;
 /// Small writes held back at most before they are handed over without waiting for the
 /// round's end.
 const MAX_STAGED_BYTES: usize = 1 << 20;
-
-/// How long the writer thread polls for the next hand-over before it sleeps, while
-/// hand-overs come as a stream (`Worker::start`). Kept awake, it saves the
-/// device thread the wake-up's system call and the client a wake-up onto an idle CPU
-/// (4 KiB random writes, QD32: 247-289k → 297-376k IOPS; the large rows are the
-/// writer's own copy either way).
-const WRITER_SPIN: Duration = Duration::from_micros(50);
 
 /// Emptied buffers kept for reuse.
 const SPARE_BUFFERS: usize = 4;
@@ -109,13 +102,10 @@ pub(super) struct Worker<T> {
 
 impl<T: Send + 'static> Worker<T> {
     /// Start a thread named `name` that does `work` for each job sent, in order. While
-    /// jobs come close together it keeps polling for the next one for `spin` before it
-    /// goes to sleep (`next_job`): a job sent within that window starts at once instead
-    /// of after a wake-up of the thread, which on a virtual CPU can take longer than the
-    /// job.
+    /// jobs come close together it polls for the next one for [`POLL_BETWEEN_JOBS`]
+    /// before it goes to sleep (`next_job`).
     pub(super) fn start(
         name: &'static str,
-        spin: Duration,
         mut work: impl FnMut(T) + Send + 'static,
     ) -> io::Result<Self> {
         let (tx, rx) = mpsc::channel::<T>();
@@ -123,7 +113,7 @@ impl<T: Send + 'static> Worker<T> {
             .name(name.into())
             .spawn(move || {
                 let mut streaming = false;
-                while let Some(job) = next_job(&rx, spin, &mut streaming) {
+                while let Some(job) = next_job(&rx, POLL_BETWEEN_JOBS, &mut streaming) {
                     work(job);
                 }
             })?;
@@ -153,6 +143,19 @@ impl<T> Drop for Worker<T> {
         }
     }
 }
+
+/// How long a helper thread (writer, reader, prefetch) polls for its next job before it
+/// sleeps, while jobs come as a stream. A job sent within the window starts at once
+/// instead of after a wake-up of the thread, which on a virtual CPU takes tens of
+/// microseconds, as long as the job (docs/performance.md, issue 16's seventh session):
+/// - halves of large reads: both threads were idle 40% of the time, 1 MiB reads at
+///   QD4 4.3 GB/s, 8.4-9.8 with the reader kept awake;
+/// - prefetch batches: woken for each round, the helper began after the device thread
+///   had read most of the round itself (4 KiB random reads, QD32: 293-306k → 323-489k
+///   IOPS, QD8: 194-200k → 339-443k);
+/// - writer hand-overs: the device thread saves the wake-up's system call, the client
+///   a wake-up onto an idle CPU (4 KiB random writes, QD32: 247-289k → 297-376k IOPS).
+const POLL_BETWEEN_JOBS: Duration = Duration::from_micros(50);
 
 /// Jobs that come further apart than this are not a stream: the thread sleeps between
 /// them without polling first.
@@ -210,7 +213,7 @@ impl Writer {
         let file = file.try_clone()?;
         let shared = Arc::new(Shared::default());
         let on_thread = Arc::clone(&shared);
-        let worker = Worker::start("image-writer", WRITER_SPIN, move |jobs: Vec<Job>| {
+        let worker = Worker::start("image-writer", move |jobs: Vec<Job>| {
             let results: Vec<io::Result<()>> = jobs
                 .iter()
                 .map(|job| file.write_all_at(&job.buf, job.offset))
@@ -423,13 +426,6 @@ struct HalfRead {
 // the copy back (`handoff::withdraw`, which waits while the copy is under way).
 unsafe impl Send for HalfRead {}
 
-/// How long the reader thread keeps polling after a half for the next one: the halves
-/// of a large request's commands, and the next request at a queue depth above one,
-/// follow within microseconds, and waking the thread for each (tens of microseconds on
-/// a virtual CPU) left both threads idle 40% of the time (1 MiB reads at QD4: 4.3 GB/s,
-/// 9-10 GB/s with the thread kept awake).
-const READER_SPIN: Duration = Duration::from_micros(50);
-
 /// A thread that reads the second half of large reads, so that two `pread`s copy out of
 /// the page cache at once (as a thread pool does for qemu-storage-daemon).
 pub struct Reader {
@@ -452,7 +448,7 @@ impl Reader {
         let gate = Arc::new(Mutex::new(()));
         #[cfg(test)]
         let held = Arc::clone(&gate);
-        let worker = Worker::start("image-reader", READER_SPIN, move |job: HalfRead| {
+        let worker = Worker::start("image-reader", move |job: HalfRead| {
             #[cfg(test)]
             let _open = held.lock();
             if !handoff::begin(&job.state) {
@@ -586,7 +582,7 @@ mod tests {
             tx
         });
         let mut streaming = true;
-        assert_eq!(next_job(&rx, spin, &mut streaming), Some(1));
+        assert_eq!(next_job(&rx, POLL_BETWEEN_JOBS, &mut streaming), Some(1));
         assert!(!streaming, "a job 20 ms after the last is not a stream");
         let tx = sender.join().unwrap();
         // Without a window the thread never polls.
