@@ -6,7 +6,11 @@ same client, tools/blkbench (libblkio, driver virtio-blk-vhost-user), from outsi
 
 Table 1: `serve --model ideal --timing off` vs qemu-storage-daemon, per job: IOPS, MB/s,
 latency p50/p99 and the ratio. The backends alternate job by job for --rounds rounds and
-the median round is reported, so that both see the same machine load.
+the median round is reported, so that both see the same machine load. Beside them, when
+fio is installed, the kernel alone: fio's synchronous reads or writes of the same image
+file, span and block size, from min(QD, CPUs) threads, with no daemon and no virtqueue.
+No backend can move data faster than the kernel copies it into or out of tmpfs, so this
+column is the ceiling the large rows are read against.
 
 Table 2: `serve --model generic-emmc45 --timing realtime` at QD1 and QD8: the latency the
 model computed for each request (from `serve --trace`) against the latency the client
@@ -18,7 +22,8 @@ that waits on the call fd sees, wake-up latency included).
 Usage: ci/bench-vs-qsd.py [--seconds S] [--rounds N] [--rt-seconds S] [--only peer|realtime]
                           [--jobs JOB,...] [--serve-args "--spin-max-us 150 ..."]
                           [--emmc BINARY] [--dir DIR]
-Needs qemu-storage-daemon (Debian: qemu-utils) and a release build (done here).
+Needs qemu-storage-daemon (Debian: qemu-utils) and a release build (done here); fio (Debian:
+fio) for the kernel-alone column, which is left out without it.
 """
 
 import argparse
@@ -154,6 +159,26 @@ def fmt_row(cells):
     return "| " + " | ".join(cells) + " |"
 
 
+def fio_alone(image, job, seconds):
+    """MB/s and IOPS of the kernel alone for `job` on the user area of `image`, or None
+    without fio: psync I/O from min(QD, CPUs) threads (a daemon runs at most that many
+    copies at once), same offsets and block size as blkbench."""
+    if shutil.which("fio") is None:
+        return None
+    kind, bs, qd = job.split(":")
+    l = image_layout(image)
+    offset = 2 * l["boot_bytes"] + l["rpmb_bytes"]
+    threads = max(1, min(int(qd), os.cpu_count() or 1))
+    cmd = ["fio", "--name=alone", f"--filename={image}", f"--offset={offset}",
+           f"--size={SPAN}", f"--bs={bs}", f"--rw={kind}", "--ioengine=psync",
+           f"--numjobs={threads}", "--thread", "--group_reporting", "--time_based",
+           f"--runtime={seconds:g}", "--norandommap", "--randrepeat=0",
+           "--output-format=json"]
+    out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    side = out["jobs"][0]["write" if "write" in kind else "read"]
+    return {"iops": side["iops"], "mb_per_s": side["bw_bytes"] / 1e6}
+
+
 def table_vs_qsd(args, image, sock):
     qsd = Qsd(image, sock)
     ours = Emmc(image, sock, "ideal", "off")
@@ -166,10 +191,15 @@ def table_vs_qsd(args, image, sock):
                 rounds[job][key].append(res)
                 log(f"round {r + 1} {job} {key}: {res['iops']:.0f} IOPS "
                     f"p50 {res['p50_us']:.1f} us")
+            alone = fio_alone(image, job, args.seconds)
+            if alone:
+                rounds[job].setdefault("alone", []).append(alone)
+                log(f"round {r + 1} {job} kernel alone: {alone['mb_per_s']:.0f} MB/s")
     lines = [
         fmt_row(["job", "qsd IOPS", "ours IOPS", "ratio", "qsd MB/s", "ours MB/s",
-                 "qsd p50/p99 µs", "ours p50/p99 µs", "p50 ratio"]),
-        fmt_row(["---"] * 9),
+                 "qsd p50/p99 µs", "ours p50/p99 µs", "p50 ratio",
+                 "kernel alone MB/s", "qsd / kernel", "ours / kernel"]),
+        fmt_row(["---"] * 12),
     ]
     summary = {}
     for job in jobs:
@@ -181,11 +211,17 @@ def table_vs_qsd(args, image, sock):
         ratio = o["iops"] / q["iops"]
         p50_ratio = o["p50_us"] / q["p50_us"]
         summary[job] = (ratio, p50_ratio)
+        alone = sorted(rounds[job].get("alone", []), key=lambda x: x["mb_per_s"])
+        if alone:
+            k = alone[len(alone) // 2]["mb_per_s"]
+            kernel = [f"{k:.1f}", f"{q['mb_per_s'] / k:.2f}", f"{o['mb_per_s'] / k:.2f}"]
+        else:
+            kernel = ["no fio", "", ""]
         lines.append(fmt_row([
             job, f"{q['iops']:.0f}", f"{o['iops']:.0f}", f"{ratio:.2f}×",
             f"{q['mb_per_s']:.1f}", f"{o['mb_per_s']:.1f}",
             f"{q['p50_us']:.1f} / {q['p99_us']:.1f}", f"{o['p50_us']:.1f} / {o['p99_us']:.1f}",
-            f"{p50_ratio:.2f}×",
+            f"{p50_ratio:.2f}×", *kernel,
         ]))
     return lines, summary
 
