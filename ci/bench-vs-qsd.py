@@ -20,7 +20,7 @@ completions (the daemon's own precision) and once with one that sleeps (what a c
 that waits on the call fd sees, wake-up latency included).
 
 Usage: ci/bench-vs-qsd.py [--seconds S] [--rounds N] [--rt-seconds S] [--only peer|realtime]
-                          [--jobs JOB,...] [--serve-args "--spin-max-us 150 ..."]
+                          [--jobs JOB,...] [--client-polls] [--serve-args "--spin-max-us 150 ..."]
                           [--emmc BINARY] [--dir DIR]
 Needs qemu-storage-daemon (Debian: qemu-utils) and a release build (done here); fio (Debian:
 fio) for the kernel-alone column, which is left out without it.
@@ -187,7 +187,7 @@ def table_vs_qsd(args, image, sock):
     for r in range(args.rounds):
         for job in jobs:
             for key, backend in (("qsd", qsd), ("ours", ours)):
-                res = run_one(backend, job, args.seconds)
+                res = run_one(backend, job, args.seconds, poll=args.client_polls)
                 rounds[job][key].append(res)
                 log(f"round {r + 1} {job} {key}: {res['iops']:.0f} IOPS "
                     f"p50 {res['p50_us']:.1f} us")
@@ -311,6 +311,13 @@ def main():
                     help="table 1's jobs, KIND:BLOCKSIZE:QD separated by commas")
     ap.add_argument("--rt-jobs", default=",".join(REALTIME_JOBS),
                     help="table 2's jobs, KIND:BLOCKSIZE:QD separated by commas")
+    ap.add_argument("--client-polls", action="store_true",
+                    help="table 1 with a client that busy-polls for completions: the "
+                         "4 KiB QD1 round trip without the client's own wake-up (which a "
+                         "sleeping client pays on every request, and which is the "
+                         "machine's). The polling client takes a whole CPU, so on a "
+                         "2-CPU machine the large rows then measure each backend's "
+                         "share of the one CPU left, not its data path")
     ap.add_argument("--emmc", default=None,
                     help="the vhost-user-emmc binary to run (default: a release build "
                          "of this tree), e.g. an older build for a before/after run")
@@ -359,9 +366,11 @@ def main():
           f"{os.cpu_count()} CPUs, {cpu})\n")
     targets = []
     if t1:
+        client = ("a client that busy-polls for completions" if args.client_polls
+                  else "a client that sleeps until a completion is signalled")
         print(f"Same image in tmpfs, offsets within the first {SPAN}B of the user area, "
-              f"{args.seconds:g} s per job, median of {args.rounds} alternating rounds; "
-              "ratio = ours / qsd.\n")
+              f"{args.seconds:g} s per job, median of {args.rounds} alternating rounds, "
+              f"{client}; ratio = ours / qsd.\n")
         print("\n".join(t1))
         # Issue 16's targets: every row at least qsd's throughput, the 4 KiB rows 3×.
         for job, (ratio, _) in summary.items():
