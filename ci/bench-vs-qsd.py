@@ -215,13 +215,15 @@ def table_vs_qsd(args, image, sock):
         q, o = med["qsd"], med["ours"]
         ratio = o["iops"] / q["iops"]
         p50_ratio = o["p50_us"] / q["p50_us"]
-        summary[job] = (ratio, p50_ratio)
         alone = sorted(rounds[job].get("alone", []), key=lambda x: x["mb_per_s"])
         if alone:
             k = alone[len(alone) // 2]["mb_per_s"]
             kernel = [f"{k:.1f}", f"{q['mb_per_s'] / k:.2f}", f"{o['mb_per_s'] / k:.2f}"]
+            of_kernel = (q["mb_per_s"] / k, o["mb_per_s"] / k)
         else:
             kernel = ["no fio", "", ""]
+            of_kernel = None
+        summary[job] = (ratio, p50_ratio, of_kernel)
         lines.append(fmt_row([
             job, f"{q['iops']:.0f}", f"{o['iops']:.0f}", f"{ratio:.2f}×",
             f"{q['mb_per_s']:.1f}", f"{o['mb_per_s']:.1f}",
@@ -378,10 +380,16 @@ def main():
               f"{client}; ratio = ours / qsd.\n")
         print("\n".join(t1))
         # Issue 16's targets: every row at least qsd's throughput, the 4 KiB rows 3×.
-        for job, (ratio, _) in summary.items():
+        for job, (ratio, _, of_kernel) in summary.items():
             want = 3.0 if ":4k:" in job else 1.0
-            targets.append(f"{job} ≥ {want:g}×: {ratio:.2f}×"
-                           f"{'' if ratio >= want else ' (missed)'}")
+            missed = ""
+            if ratio < want:
+                # A large row both daemons run near the kernel's own rate says so: the
+                # ceiling is the machine's (docs/performance.md, issue 16).
+                missed = " (missed" + (f"; qsd at {of_kernel[0]:.2f}, ours at "
+                                       f"{of_kernel[1]:.2f} of the kernel alone"
+                                       if of_kernel and ":4k:" not in job else "") + ")"
+            targets.append(f"{job} ≥ {want:g}×: {ratio:.2f}×{missed}")
     if t2:
         extra = f" {args.serve_args}" if args.serve_args else ""
         print("\nModelled vs measured latency, `serve --model generic-emmc45 "
