@@ -72,8 +72,9 @@ def stop(proc):
         proc.wait()
 
 
-def image_layout(image):
-    """boot, rpmb and user bytes from the image's sidecar."""
+def user_area(image):
+    """(offset, bytes) of the user area in `image`, from its sidecar's layout
+    (boot1 | boot2 | RPMB | user, docs/image-format.md)."""
     layout = {}
     with open(image + ".emmc.toml") as f:
         for line in f:
@@ -81,20 +82,19 @@ def image_layout(image):
             key = key.strip()
             if key in ("boot_bytes", "rpmb_bytes", "user_bytes"):
                 layout[key] = int(value.strip())
-    return layout
+    return 2 * layout["boot_bytes"] + layout["rpmb_bytes"], layout["user_bytes"]
 
 
 class Qsd:
     label = "qemu-storage-daemon"
 
     def __init__(self, image, sock):
-        l = image_layout(image)
-        offset = 2 * l["boot_bytes"] + l["rpmb_bytes"]
+        offset, size = user_area(image)
         self.cmd = [
             "qemu-storage-daemon",
             "--blockdev", f"driver=file,node-name=file0,filename={image},cache.direct=off",
             "--blockdev", f"driver=raw,node-name=disk,file=file0,offset={offset},"
-                          f"size={l['user_bytes']}",
+                          f"size={size}",
             "--export", f"type=vhost-user-blk,id=exp,node-name=disk,addr.type=unix,"
                         f"addr.path={sock},writable=on",
         ]
@@ -166,8 +166,7 @@ def fio_alone(image, job, seconds):
     if shutil.which("fio") is None:
         return None
     kind, bs, qd = job.split(":")
-    l = image_layout(image)
-    offset = 2 * l["boot_bytes"] + l["rpmb_bytes"]
+    offset, _ = user_area(image)
     threads = max(1, min(int(qd), os.cpu_count() or 1))
     cmd = ["fio", "--name=alone", f"--filename={image}", f"--offset={offset}",
            f"--size={SPAN}", f"--bs={bs}", f"--rw={kind}", "--ioengine=psync",
@@ -350,8 +349,7 @@ def main():
             subprocess.run([EMMC, "image", "create", "--model", "ideal", image], check=True,
                            stdout=subprocess.DEVNULL)
             # Fill the benchmarked span with data so that reads are not served from holes.
-            l = image_layout(image)
-            offset = 2 * l["boot_bytes"] + l["rpmb_bytes"]
+            offset, _ = user_area(image)
             with open(image, "r+b") as f:
                 f.seek(offset)
                 chunk = os.urandom(1 << 20)
@@ -384,11 +382,13 @@ def main():
             want = 3.0 if ":4k:" in job else 1.0
             missed = ""
             if ratio < want:
-                # A large row both daemons run near the kernel's own rate says so: the
-                # ceiling is the machine's (docs/performance.md, issue 16).
-                missed = " (missed" + (f"; qsd at {of_kernel[0]:.2f}, ours at "
-                                       f"{of_kernel[1]:.2f} of the kernel alone"
-                                       if of_kernel and ":4k:" not in job else "") + ")"
+                # A large row says how near both daemons are to the kernel's own rate:
+                # whether the ceiling is the machine's (docs/performance.md, issue 16).
+                near = ""
+                if of_kernel and ":4k:" not in job:
+                    near = (f"; qsd at {of_kernel[0]:.2f}, ours at {of_kernel[1]:.2f} "
+                            "of the kernel alone")
+                missed = f" (missed{near})"
             targets.append(f"{job} ≥ {want:g}×: {ratio:.2f}×{missed}")
     if t2:
         extra = f" {args.serve_args}" if args.serve_args else ""

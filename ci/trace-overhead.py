@@ -95,9 +95,9 @@ def main():
         image = os.path.join(workdir, "card.img")
         subprocess.run([EMMC, "image", "create", "--model", "ideal", image], check=True,
                        stdout=subprocess.DEVNULL)
-        l = bench.image_layout(image)
+        offset, _ = bench.user_area(image)
         with open(image, "r+b") as f:
-            f.seek(2 * l["boot_bytes"] + l["rpmb_bytes"])
+            f.seek(offset)
             chunk = os.urandom(1 << 20)
             for _ in range(1024):
                 f.write(chunk)

@@ -574,7 +574,6 @@ mod tests {
 
     #[test]
     fn a_helper_stops_polling_once_jobs_come_further_apart_than_a_stream() {
-        let spin = Duration::from_micros(50);
         let (tx, rx) = mpsc::channel();
         let sender = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(20));
@@ -590,7 +589,7 @@ mod tests {
         assert_eq!(next_job(&rx, Duration::ZERO, &mut streaming), Some(2));
         assert!(!streaming);
         drop(tx);
-        assert_eq!(next_job(&rx, spin, &mut true), None);
+        assert_eq!(next_job(&rx, POLL_BETWEEN_JOBS, &mut true), None);
     }
 
     #[test]
