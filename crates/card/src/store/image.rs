@@ -9,8 +9,8 @@
 //! Data goes through `pread`/`pwrite` on one open file; nothing of the image is held in
 //! memory and no buffer larger than [`FILL_CHUNK`] is ever allocated. With
 //! [`ImageStore::set_io_threads`], large writes handed over with `write_owned` go to
-//! the file on a writer thread (`writer.rs`), at most 8 MiB of them at a time, small
-//! ones wait for the end of the owner's round ([`Store::end_batch`]), and large reads
+//! the file on a writer thread (`writer.rs`), at most 8 MiB of them at a time, copied
+//! into a mapping of the image where the kernel allows (`mapped.rs`); small ones wait for the end of the owner's round ([`Store::end_batch`]), and large reads
 //! are split over two threads.
 
 use std::ffi::OsString;
@@ -71,6 +71,9 @@ pub struct ImageStore {
     syncs: u64,
     /// Large writes go to the file on this thread (`set_io_threads`).
     writer: Option<Writer>,
+    /// The writer thread copies large writes into a mapping of the image
+    /// (`set_mapped_writes`; on by default).
+    mapped_writes: bool,
     /// Large reads are split with this thread (`set_io_threads` too).
     reader: Option<Reader>,
     /// A round's smaller reads are copied ahead on this thread (`set_io_threads` too).
@@ -157,7 +160,8 @@ impl ImageStore {
     pub fn set_io_threads(&mut self, on: bool) -> Result<(), StoreError> {
         match (on, self.writer.is_some()) {
             (true, false) => {
-                self.writer = Some(Writer::start(&self.file).map_err(|e| self.io(e))?);
+                let writer = Writer::start(&self.file, self.mapped_writes);
+                self.writer = Some(writer.map_err(|e| self.io(e))?);
                 self.reader = Some(Reader::start(&self.file).map_err(|e| self.io(e))?);
                 self.prefetcher = Some(Prefetcher::start(&self.file).map_err(|e| self.io(e))?);
             }
@@ -169,6 +173,19 @@ impl ImageStore {
             _ => {}
         }
         Ok(())
+    }
+
+    /// Whether the writer thread `set_io_threads` starts copies large writes into a
+    /// shared mapping of the image (the default, where the kernel can populate one ahead
+    /// of a write: `mapped.rs`) or writes them with `pwrite`. Call before
+    /// `set_io_threads`; a running writer keeps its way.
+    pub fn set_mapped_writes(&mut self, on: bool) {
+        self.mapped_writes = on;
+    }
+
+    /// Writes the writer thread has copied into its mapping of the image so far.
+    pub fn mapped_writes(&self) -> u64 {
+        self.writer.as_ref().map_or(0, Writer::mapped_writes)
     }
 
     /// Before the file's `[offset, offset + len)` changes: void the copies of it
@@ -249,6 +266,7 @@ impl ImageStore {
             sync_programs: true,
             syncs: 0,
             writer: None,
+            mapped_writes: true,
             reader: None,
             prefetcher: None,
         })
@@ -324,6 +342,7 @@ impl ImageStore {
             sync_programs: true,
             syncs: 0,
             writer: None,
+            mapped_writes: true,
             reader: None,
             prefetcher: None,
         })
@@ -742,8 +761,23 @@ mod tests {
 
     #[test]
     fn with_write_behind_every_access_sees_the_writes_before_it() {
+        for mapped in [true, false] {
+            let writes = write_behind_keeps_every_access_in_order(mapped);
+            if !mapped {
+                assert_eq!(writes, 0, "pwrite only");
+            } else if super::super::mapped::populate_supported() {
+                // The eight 256 KiB writes and the two of 1 MiB.
+                assert_eq!(writes, 10, "large writes go through the mapping");
+            }
+        }
+    }
+
+    /// The body of the test above, the writer copying into a mapping of the image or
+    /// not; returns how many writes it copied into the mapping.
+    fn write_behind_keeps_every_access_in_order(mapped: bool) -> u64 {
         let dir = tempfile::tempdir().unwrap();
         let (path, mut store) = new_image(&dir);
+        store.set_mapped_writes(mapped);
         store.set_io_threads(true).unwrap();
         let user = layout().user_offset();
         // Large writes queue; the caller gets back a buffer whose contents it must not use.
@@ -785,6 +819,7 @@ mod tests {
             "the fill came after the write"
         );
         assert_eq!(&z[4096..], &pattern(21, 1 << 20)[4096..4096 + 512]);
+        store.mapped_writes()
     }
 
     #[test]

@@ -12,6 +12,7 @@
 
 mod handoff;
 mod image;
+mod mapped;
 mod mem;
 mod prefetch;
 mod writer;

@@ -35,6 +35,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::handoff::{self, COPIED, QUEUED};
+use super::mapped::{MapError, MappedImage};
 
 /// Writes shorter than this are done on the caller's thread (after the queued writes
 /// they overlap): handing them over costs more than the copy.
@@ -69,6 +70,8 @@ struct State {
     /// The first write that failed since the last `take_error`.
     error: Option<io::Error>,
     spare: Vec<Vec<u8>>,
+    /// Writes the thread copied into its mapping of the image (`mapped.rs`).
+    mapped_writes: u64,
 }
 
 #[derive(Default)]
@@ -207,18 +210,48 @@ impl std::fmt::Debug for Writer {
 }
 
 impl Writer {
-    /// Start a writer on its own handle of `file`.
-    pub fn start(file: &File) -> io::Result<Writer> {
+    /// Start a writer on its own handle of `file`. With `mapped`, the thread copies
+    /// writes of [`MIN_QUEUED_BYTES`] and more into a mapping of the file (`mapped.rs`)
+    /// where the kernel allows it, and writes with `pwrite` otherwise.
+    pub fn start(file: &File, mapped: bool) -> io::Result<Writer> {
         let own = file.try_clone()?;
         let file = file.try_clone()?;
+        let mut map = if mapped {
+            Some(MappedImage::new(&file)?)
+        } else {
+            None
+        };
         let shared = Arc::new(Shared::default());
         let on_thread = Arc::clone(&shared);
         let worker = Worker::start("image-writer", move |jobs: Vec<Job>| {
+            let mut mapped_writes = 0;
             let results: Vec<io::Result<()>> = jobs
                 .iter()
-                .map(|job| file.write_all_at(&job.buf, job.offset))
+                .map(|job| {
+                    if job.buf.len() >= MIN_QUEUED_BYTES {
+                        if let Some(m) = &mut map {
+                            match m.write_all_at(&job.buf, job.offset) {
+                                Ok(()) => {
+                                    mapped_writes += 1;
+                                    return Ok(());
+                                }
+                                Err(e @ MapError::Unsupported(_)) => {
+                                    log::info!("image writes go through pwrite: {e}");
+                                    map = None;
+                                }
+                                Err(MapError::NoRoom) => {}
+                                Err(e) => log::debug!(
+                                    "image write at offset {} through pwrite: {e}",
+                                    job.offset
+                                ),
+                            }
+                        }
+                    }
+                    file.write_all_at(&job.buf, job.offset)
+                })
                 .collect();
             let mut s = on_thread.lock();
+            s.mapped_writes += mapped_writes;
             for (mut job, result) in jobs.into_iter().zip(results) {
                 let len = job.buf.len() as u64;
                 if let Some(i) = s.pending.iter().position(|&p| p == (job.offset, len)) {
@@ -390,6 +423,11 @@ impl Writer {
                 .any(|&p| overlaps(p, offset, len))
     }
 
+    /// Writes the thread has copied into its mapping of the image so far.
+    pub fn mapped_writes(&self) -> u64 {
+        self.shared.lock().mapped_writes
+    }
+
     /// The first write that failed since the last call, if any.
     pub fn take_error(&self) -> Option<io::Error> {
         self.shared.lock().error.take()
@@ -516,7 +554,7 @@ mod tests {
     #[test]
     fn queued_writes_land_in_order_and_drain_waits_for_them() {
         let (_d, f) = file();
-        let mut w = Writer::start(&f).unwrap();
+        let mut w = Writer::start(&f, true).unwrap();
         // Many overlapping writes of one range: the last one issued must win.
         for i in 0..64u8 {
             w.submit(4096, vec![i; 1 << 20]);
@@ -530,7 +568,7 @@ mod tests {
     #[test]
     fn wait_for_returns_once_the_overlapping_writes_are_in_the_file() {
         let (_d, f) = file();
-        let mut w = Writer::start(&f).unwrap();
+        let mut w = Writer::start(&f, true).unwrap();
         for k in 0..16u64 {
             w.submit(k << 20, vec![k as u8 + 1; 1 << 20]);
         }
@@ -552,7 +590,7 @@ mod tests {
     #[test]
     fn a_failed_write_is_reported_once() {
         let (_d, f) = read_only_file();
-        let mut w = Writer::start(&f).unwrap();
+        let mut w = Writer::start(&f, true).unwrap();
         w.submit(0, vec![1; 4096]);
         assert!(w.drain().is_err());
         assert!(w.drain().is_ok(), "reported once");
@@ -627,7 +665,7 @@ mod tests {
     #[test]
     fn small_writes_wait_for_the_end_of_the_round_once_the_owner_ends_rounds() {
         let (_d, f) = file();
-        let mut w = Writer::start(&f).unwrap();
+        let mut w = Writer::start(&f, true).unwrap();
         assert!(
             !w.batching(),
             "nothing is held back for an owner that never ends rounds"
@@ -666,7 +704,7 @@ mod tests {
     #[test]
     fn a_held_back_write_is_seen_by_a_wait_a_drain_a_large_write_and_the_drop() {
         let (_d, f) = file();
-        let mut w = Writer::start(&f).unwrap();
+        let mut w = Writer::start(&f, true).unwrap();
         w.end_batch();
         // A wait for an overlapping range writes it first.
         w.stage(4096, vec![1; 4096]);
@@ -694,7 +732,7 @@ mod tests {
     #[test]
     fn a_round_end_write_that_fails_is_reported_by_the_next_call() {
         let (_d, f) = read_only_file();
-        let mut w = Writer::start(&f).unwrap();
+        let mut w = Writer::start(&f, true).unwrap();
         w.end_batch();
         w.stage(0, vec![1; 4096]);
         w.end_batch();
@@ -703,9 +741,34 @@ mod tests {
     }
 
     #[test]
+    fn a_write_the_mapping_cannot_take_goes_through_pwrite() {
+        let (_d, f) = file();
+        let mut w = Writer::start(&f, true).unwrap();
+        w.submit(0, vec![1; 1 << 20]);
+        w.drain().unwrap();
+        let first = w.mapped_writes();
+        if super::super::mapped::populate_supported() {
+            assert_eq!(first, 1);
+        }
+        // The file shrinks under the mapping: its pages past the new end cannot be
+        // populated, and the write goes through pwrite (which extends the file again).
+        f.set_len(1 << 20).unwrap();
+        w.submit(32 << 20, vec![2; 1 << 20]);
+        w.drain().unwrap();
+        assert_eq!(w.mapped_writes(), first, "not through the mapping");
+        assert_eq!(read(&f, 32 << 20, 1 << 20), vec![2; 1 << 20]);
+        // Without the mapping, nothing goes through one.
+        let mut w = Writer::start(&f, false).unwrap();
+        w.submit(0, vec![3; 1 << 20]);
+        w.drain().unwrap();
+        assert_eq!(w.mapped_writes(), 0);
+        assert_eq!(read(&f, 0, 1 << 20), vec![3; 1 << 20]);
+    }
+
+    #[test]
     fn dropping_the_writer_writes_what_was_queued() {
         let (_d, f) = file();
-        let mut w = Writer::start(&f).unwrap();
+        let mut w = Writer::start(&f, true).unwrap();
         w.submit(1 << 20, vec![7; 2 << 20]);
         drop(w);
         let mut b = vec![0u8; 2 << 20];
