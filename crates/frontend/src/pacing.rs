@@ -257,6 +257,18 @@ impl Completions {
         event_idx: bool,
         wake: Option<Instant>,
     ) -> io::Result<()> {
+        self.complete_due_watching(vrings, event_idx, wake, &mut || {})
+    }
+
+    /// As [`Completions::complete_due`], calling `watch` on every turn of the spin (to
+    /// note requests made available meanwhile: [`ArrivalWatch`]).
+    pub fn complete_due_watching(
+        &mut self,
+        vrings: &[VringRwLock],
+        event_idx: bool,
+        wake: Option<Instant>,
+        watch: &mut dyn FnMut(),
+    ) -> io::Result<()> {
         // Bit q: queue q got used entries.
         let mut used = 0u64;
         while let Some(p) = self.pending.front().copied() {
@@ -266,6 +278,7 @@ impl Completions {
             }
             self.ready();
             while now < p.due {
+                watch();
                 std::hint::spin_loop();
                 now = Instant::now();
             }
@@ -337,6 +350,68 @@ pub fn ring_has_avail<M: GuestMemory>(vring: &VringRwLock, mem: &M) -> bool {
                 let ahead = idx.0.wrapping_sub(queue.next_avail());
                 ahead != 0 && ahead <= queue.size()
             })
+}
+
+/// When the driver made requests available while the device thread was spinning (toward
+/// a completion's instant or the card's next event) and so not taking them: each
+/// request's arrival, for the card model and the trace, is the first look that saw it,
+/// not the moment the spin ended and it was taken.
+///
+/// Only looks: taking requests during a spin would keep a busy device thread in one
+/// call for as long as the driver keeps the queue full (docs/performance.md, issue 16's
+/// eighth session). Without it, at QD8 with a polling client, requests were taken
+/// 25–31 µs (p50) and up to 1.6 ms (p99) after the completion that freed their slot.
+#[derive(Debug, Default)]
+pub struct ArrivalWatch {
+    /// The device's next avail position when the first look found requests.
+    base: Option<u16>,
+    /// (requests available past `base`, first seen), growing counts.
+    seen: Vec<(u16, Instant)>,
+}
+
+impl ArrivalWatch {
+    /// Look at `vring`'s avail index; note when more requests are available than the
+    /// last look found.
+    pub fn look<M: GuestMemory>(&mut self, vring: &VringRwLock, mem: &M) {
+        let guard = vring.get_ref();
+        let queue = guard.get_queue();
+        if !queue.ready() {
+            return;
+        }
+        let Ok(idx) = queue.avail_idx(mem, std::sync::atomic::Ordering::Acquire) else {
+            return;
+        };
+        let next = queue.next_avail();
+        let ahead = idx.0.wrapping_sub(next);
+        if ahead == 0 || ahead > queue.size() {
+            return; // nothing, or a corrupt index (taking it will say so)
+        }
+        if self.base != Some(next) {
+            self.base = Some(next);
+            self.seen.clear();
+        }
+        if self.seen.last().is_none_or(|&(n, _)| ahead > n) {
+            self.seen.push((ahead, Instant::now()));
+        }
+    }
+
+    /// When the request at avail position `next + i` was first seen, `next` being the
+    /// device's position before it takes this round (none: it was not seen by a look).
+    pub fn arrival(&self, next: u16, i: usize) -> Option<Instant> {
+        if self.base != Some(next) {
+            return None;
+        }
+        self.seen
+            .iter()
+            .find(|&&(n, _)| usize::from(n) > i)
+            .map(|&(_, at)| at)
+    }
+
+    /// The round has been taken: what was seen is used.
+    pub fn clear(&mut self) {
+        self.base = None;
+        self.seen.clear();
+    }
 }
 
 /// What one look at the rings found, for [`poll_window`].

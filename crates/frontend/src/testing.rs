@@ -141,6 +141,17 @@ impl GuestQueue {
             .unwrap();
     }
 
+    /// What `publish` does, to be done later from another thread (the driver making a
+    /// request available while the device thread is busy).
+    pub(crate) fn publisher(&self) -> impl FnOnce() + Send + 'static {
+        let (mem, at, idx) = (self.mem.clone(), self.avail + 2, self.next_avail);
+        move || {
+            mem.memory()
+                .write_obj(u16::to_le(idx), GuestAddress(at))
+                .unwrap()
+        }
+    }
+
     /// Stages a chain and publishes it; returns its head index.
     pub(crate) fn push(&mut self, descs: &[(u64, u32, bool)]) -> u16 {
         let head = self.stage(descs);

@@ -20,14 +20,16 @@ use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
 use virtio_bindings::virtio_blk::*;
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
-use virtio_queue::QueueOwnedT;
+use virtio_queue::{QueueOwnedT, QueueT};
 use vm_memory::{ByteValued, Bytes, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{EventConsumer, EventNotifier};
 
 use super::request::{parse, ParseError, Request, RequestKind};
 use super::target::{CardTarget, SIZE_MAX};
-use crate::pacing::{poll_window, ring_has_avail, Clock, Completions, Pending, Polled, SpinMargin};
+use crate::pacing::{
+    poll_window, ring_has_avail, ArrivalWatch, Clock, Completions, Pending, Polled, SpinMargin,
+};
 pub use crate::pacing::{Pacing, PacingStats, DEFAULT_SPIN, DEFAULT_SPIN_MAX};
 use crate::serve::{config_bytes, ExitEvent};
 pub use crate::trace::TraceSink;
@@ -52,6 +54,8 @@ struct Inner {
     trace: Option<TraceSink>,
     /// How long to watch the avail ring for the next request once the card is idle.
     poll: Duration,
+    /// Requests made available while the thread spun, and when (paced only).
+    watch: ArrivalWatch,
 }
 
 /// The vhost-user-blk backend around one card.
@@ -152,6 +156,7 @@ impl EmmcBlkBackend {
                 completions,
                 trace: None,
                 poll: Duration::ZERO,
+                watch: ArrivalWatch::default(),
             }),
             timer_fd,
             config: config.as_slice().to_vec(),
@@ -214,6 +219,7 @@ impl EmmcBlkBackend {
         inner.completions.end_session();
         inner.flush_trace();
         inner.clock = None;
+        inner.watch.clear();
         inner.mem = None;
         inner.target.set_memory(None);
         inner.target.restart()
@@ -286,6 +292,7 @@ impl Inner {
                 vring.disable_notification().map_err(io::Error::other)?;
             }
             let mem = atomic.memory();
+            let next = vring.get_ref().get_queue().next_avail();
             // A corrupt ring (avail index more than a ring ahead) is logged and taken as
             // empty, as the mmc transport does: an error here would end the worker
             // silently and leave the session without a queue.
@@ -300,13 +307,16 @@ impl Inner {
                 empty_rounds += 1;
             }
             let mut parsed = Vec::with_capacity(chains.len());
-            for chain in chains {
+            for (i, chain) in chains.into_iter().enumerate() {
                 let arrival = match self.pacing {
                     Pacing::Realtime { .. } => {
+                        // Made available while the thread spun: it arrived when a look
+                        // first saw it.
+                        let at = self.watch.arrival(next, i).unwrap_or_else(Instant::now);
                         let (card0, pacing) = (self.target.now(), self.pacing);
                         self.clock
                             .get_or_insert_with(|| Clock::start(card0, pacing))
-                            .card_at(Instant::now())
+                            .card_at(at)
                     }
                     // Without pacing the wall clock plays no part: the card's own time
                     // is the arrival, and no clock is read per request.
@@ -314,6 +324,7 @@ impl Inner {
                 };
                 parsed.push((chain.head_index(), arrival, parse(chain, &limits)));
             }
+            self.watch.clear();
             // Without pacing the card runs through the whole round at once: its reads'
             // copies can start now, beside the submissions and the card model. Paced,
             // the device thread has the time.
@@ -382,7 +393,11 @@ impl Inner {
                     self.target.run_until(card_t);
                     self.finish(vring)?;
                     self.complete_due(vring, None)?;
+                    let mem = self.mem.as_ref().map(GuestMemoryAtomic::memory);
                     while Instant::now() < t {
+                        if let Some(mem) = &mem {
+                            self.watch.look(vring, &**mem);
+                        }
                         std::hint::spin_loop();
                     }
                 }
@@ -430,8 +445,15 @@ impl Inner {
     }
 
     fn complete_due(&mut self, vring: &VringRwLock, wake: Option<Instant>) -> io::Result<()> {
+        let vrings = std::slice::from_ref(vring);
+        let Some(mem) = self.mem.as_ref().map(GuestMemoryAtomic::memory) else {
+            return self.completions.complete_due(vrings, self.event_idx, wake);
+        };
+        let watch = &mut self.watch;
         self.completions
-            .complete_due(std::slice::from_ref(vring), self.event_idx, wake)
+            .complete_due_watching(vrings, self.event_idx, wake, &mut || {
+                watch.look(vring, &*mem)
+            })
     }
 }
 

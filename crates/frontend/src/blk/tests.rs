@@ -683,6 +683,84 @@ fn in_real_time_a_request_never_starts_before_it_arrived() {
     );
 }
 
+/// A request the driver makes available while the device thread spins toward a
+/// completion (and so does not take it) arrives, for the card model and the trace, when
+/// the spin first saw it, not when the spin ended and the request was taken.
+#[test]
+fn a_request_made_available_during_a_spin_arrives_when_the_spin_saw_it() {
+    // A 200 ms program, and a spin margin longer than that: the kick that submits the
+    // write spins until its completion is signalled.
+    let mut m = model(200_000_000);
+    m.ext_csd.cache_size = 0;
+    let mut rig = Rig::new(m, Pacing::Realtime { scale: 1.0 });
+    let margin = Duration::from_millis(300);
+    rig.backend.set_spin(margin, margin);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("trace.txt");
+    let file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    let origin = rig.backend.card_now();
+    rig.backend
+        .set_trace(emmc_host::trace::TraceWriter::new(file, origin, "test").unwrap());
+    rig.write_header(HDR, VIRTIO_BLK_T_OUT, 0);
+    rig.push(&[(HDR, 16, false), (DATA, 4096, false), (STATUS, 1, true)]);
+    // The read, staged but not yet available; the driver publishes it shortly after
+    // the kick, while the write programs.
+    let hdr2 = HDR + 0x100;
+    rig.write_header(hdr2, VIRTIO_BLK_T_IN, 64);
+    rig.stage(&[
+        (hdr2, 16, false),
+        (DATA + 0x10_0000, 4096, true),
+        (STATUS + 1, 1, true),
+    ]);
+    let publish = rig.queue.publisher();
+    let driver = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        publish();
+    });
+    let kicked = Instant::now();
+    rig.kick();
+    assert_eq!(
+        rig.used().len(),
+        1,
+        "the kick spun until the write completed"
+    );
+    driver.join().unwrap();
+    assert!(
+        kicked.elapsed() >= Duration::from_millis(200),
+        "the kick spun through the program: returned after {:?}",
+        kicked.elapsed()
+    );
+    // Take the read; it completes in card time.
+    rig.kick();
+    let t0 = Instant::now();
+    while rig.used().is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(5), "never completed");
+        std::thread::sleep(Duration::from_millis(1));
+        rig.tick();
+    }
+    rig.backend.shutdown();
+    let rows: Vec<Vec<u64>> = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|f| f.parse().ok())
+                .collect()
+        })
+        .collect();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let (write_arrival, write_done) = (rows[0][0], rows[0][3]);
+    let read_arrival = rows[1][0];
+    assert!(write_done >= write_arrival + 200_000_000, "{rows:?}");
+    assert!(
+        read_arrival < write_done,
+        "the read was published during the write's programming, so it arrived before the \
+         write completed: {rows:?}"
+    );
+    assert!(read_arrival > write_arrival, "{rows:?}");
+}
+
 /// A target on an in-memory card of `m`, outside any backend, with 1 MiB of guest memory
 /// holding `len` bytes of `fill` at 0x1000.
 fn bare_target(
