@@ -236,7 +236,7 @@ impl Writer {
                                     return Ok(());
                                 }
                                 Err(e @ MapError::Unsupported(_)) => {
-                                    log::info!("image writes go through pwrite: {e}");
+                                    log::info!("{e}; image writes go through pwrite");
                                     map = None;
                                 }
                                 Err(MapError::NoRoom) => {}
