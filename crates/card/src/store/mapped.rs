@@ -301,18 +301,7 @@ mod tests {
     use super::*;
     use std::os::unix::fs::FileExt;
 
-    fn file(len: u64) -> (tempfile::TempDir, File) {
-        let dir = tempfile::tempdir().unwrap();
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(dir.path().join("img"))
-            .unwrap();
-        f.set_len(len).unwrap();
-        (dir, f)
-    }
+    use crate::store::scratch_file as file;
 
     fn read(f: &File, offset: u64, len: usize) -> Vec<u8> {
         let mut b = vec![0u8; len];

@@ -141,3 +141,19 @@ pub fn check_bounds(offset: u64, len: u64, size: u64) -> Result<(), StoreError> 
         _ => Err(StoreError::OutOfBounds { offset, len, size }),
     }
 }
+
+/// A scratch file of `len` bytes (sparse), opened for reading and writing, for the
+/// stores' tests.
+#[cfg(test)]
+pub(crate) fn scratch_file(len: u64) -> (tempfile::TempDir, std::fs::File) {
+    let dir = tempfile::tempdir().unwrap();
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(dir.path().join("img"))
+        .unwrap();
+    f.set_len(len).unwrap();
+    (dir, f)
+}

@@ -539,16 +539,7 @@ mod tests {
     use std::os::unix::fs::FileExt;
 
     fn file() -> (tempfile::TempDir, File) {
-        let dir = tempfile::tempdir().unwrap();
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(dir.path().join("img"))
-            .unwrap();
-        f.set_len(64 << 20).unwrap();
-        (dir, f)
+        crate::store::scratch_file(64 << 20)
     }
 
     #[test]

@@ -445,15 +445,7 @@ fn the_trace_records_each_request_with_its_modelled_completion() {
     read(&mut rig, 8, 4096);
     rig.backend.shutdown();
     let text = std::fs::read_to_string(&path).unwrap();
-    let rows: Vec<Vec<u64>> = text
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .map(|l| {
-            l.split_whitespace()
-                .filter_map(|f| f.parse().ok())
-                .collect()
-        })
-        .collect();
+    let rows = trace_rows(&path);
     let ops: Vec<&str> = text
         .lines()
         .filter(|l| !l.starts_with('#'))
@@ -629,6 +621,21 @@ fn in_real_time_requests_arriving_while_the_card_is_busy_queue_behind_it() {
     );
 }
 
+/// The numeric fields of each data line of a trace file: arrival, offset, length,
+/// completion (docs/trace-format.md).
+fn trace_rows(path: &std::path::Path) -> Vec<Vec<u64>> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|f| f.parse().ok())
+                .collect()
+        })
+        .collect()
+}
+
 /// A request that arrives after the card has idled for a while starts when it arrives,
 /// not when the card went idle: its modelled completion is its arrival plus its service.
 #[test]
@@ -659,18 +666,7 @@ fn in_real_time_a_request_never_starts_before_it_arrived() {
     write(&mut rig, 64, &[2u8; 4096]);
     wait_used(&mut rig);
     rig.backend.shutdown();
-    let rows: Vec<(u64, u64)> = std::fs::read_to_string(&path)
-        .unwrap()
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .map(|l| {
-            let f: Vec<u64> = l
-                .split_whitespace()
-                .filter_map(|x| x.parse().ok())
-                .collect();
-            (f[0], f[3])
-        })
-        .collect();
+    let rows: Vec<(u64, u64)> = trace_rows(&path).iter().map(|f| (f[0], f[3])).collect();
     assert_eq!(rows.len(), 2);
     let (arrival, done) = rows[1];
     assert!(
@@ -739,16 +735,7 @@ fn a_request_made_available_during_a_spin_arrives_when_the_spin_saw_it() {
         rig.tick();
     }
     rig.backend.shutdown();
-    let rows: Vec<Vec<u64>> = std::fs::read_to_string(&path)
-        .unwrap()
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .map(|l| {
-            l.split_whitespace()
-                .filter_map(|f| f.parse().ok())
-                .collect()
-        })
-        .collect();
+    let rows = trace_rows(&path);
     assert_eq!(rows.len(), 2, "{rows:?}");
     let (write_arrival, write_done) = (rows[0][0], rows[0][3]);
     let read_arrival = rows[1][0];
