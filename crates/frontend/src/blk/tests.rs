@@ -59,6 +59,17 @@ impl Rig {
         self.queue.publish();
     }
 
+    /// Record the backend's trace in a file in `dir`, from the card's time now; returns
+    /// its path.
+    fn trace_into(&self, dir: &std::path::Path) -> std::path::PathBuf {
+        let path = dir.join("trace.txt");
+        let file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+        let origin = self.backend.card_now();
+        self.backend
+            .set_trace(emmc_host::trace::TraceWriter::new(file, origin, "test").unwrap());
+        path
+    }
+
     fn kick(&self) {
         handle_event(&self.backend, 0, std::slice::from_ref(&self.queue.vring));
     }
@@ -436,11 +447,7 @@ fn the_trace_records_each_request_with_its_modelled_completion() {
     m.ext_csd.cache_size = 0;
     let mut rig = Rig::new(m, Pacing::Off);
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("trace.txt");
-    let file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
-    let origin = rig.backend.card_now();
-    rig.backend
-        .set_trace(emmc_host::trace::TraceWriter::new(file, origin, "test").unwrap());
+    let path = rig.trace_into(dir.path());
     write(&mut rig, 8, &[1u8; 4096]);
     read(&mut rig, 8, 4096);
     rig.backend.shutdown();
@@ -644,11 +651,7 @@ fn in_real_time_a_request_never_starts_before_it_arrived() {
     m.ext_csd.cache_size = 0;
     let mut rig = Rig::new(m, Pacing::Realtime { scale: 1.0 });
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("trace.txt");
-    let file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
-    let origin = rig.backend.card_now();
-    rig.backend
-        .set_trace(emmc_host::trace::TraceWriter::new(file, origin, "test").unwrap());
+    let path = rig.trace_into(dir.path());
     let wait_used = |rig: &mut Rig| {
         let t0 = Instant::now();
         loop {
@@ -692,11 +695,7 @@ fn a_request_made_available_during_a_spin_arrives_when_the_spin_saw_it() {
     let margin = Duration::from_millis(300);
     rig.backend.set_spin(margin, margin);
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("trace.txt");
-    let file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
-    let origin = rig.backend.card_now();
-    rig.backend
-        .set_trace(emmc_host::trace::TraceWriter::new(file, origin, "test").unwrap());
+    let path = rig.trace_into(dir.path());
     rig.write_header(HDR, VIRTIO_BLK_T_OUT, 0);
     rig.push(&[(HDR, 16, false), (DATA, 4096, false), (STATUS, 1, true)]);
     // The read, staged but not yet available; the driver publishes it shortly after
