@@ -124,10 +124,10 @@ pub enum ImageIoArg {
     /// docs/durability.md); reads of 64 KiB and more are split over two threads; with
     /// `--timing off`, a blk round of four or more smaller reads has them copied into
     /// guest memory on a helper thread while the card model runs.
-    /// The writer thread copies those large writes into a shared mapping of the image
-    /// (`madvise(MADV_POPULATE_WRITE)` first, so a full filesystem is an error, not a
-    /// crash), which copies at about 1.6 times `pwrite`'s rate; a kernel older than 5.14
-    /// gets `pwrite`.
+    /// For an image in tmpfs the writer thread copies those large writes into a shared
+    /// mapping of the image (`madvise(MADV_POPULATE_WRITE)` first, so a full tmpfs is an
+    /// error, not a crash), which copies at about 1.6 times `pwrite`'s rate; images on
+    /// other filesystems, and kernels older than 5.14, get `pwrite`.
     #[default]
     Threads,
     /// As `threads`, with the writer thread writing through `pwrite` (the daemon before

@@ -142,11 +142,20 @@ pub fn check_bounds(offset: u64, len: u64, size: u64) -> Result<(), StoreError> 
     }
 }
 
+/// A scratch directory for the stores' tests: in /dev/shm (tmpfs) where there is one,
+/// so that the image writer's mapping (`mapped.rs`, tmpfs only) is exercised.
+#[cfg(test)]
+pub(crate) fn scratch_dir() -> tempfile::TempDir {
+    tempfile::tempdir_in("/dev/shm")
+        .or_else(|_| tempfile::tempdir())
+        .unwrap()
+}
+
 /// A scratch file of `len` bytes (sparse), opened for reading and writing, for the
 /// stores' tests.
 #[cfg(test)]
 pub(crate) fn scratch_file(len: u64) -> (tempfile::TempDir, std::fs::File) {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch_dir();
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
