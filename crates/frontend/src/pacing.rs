@@ -341,15 +341,24 @@ impl Completions {
 /// work: taking chains from it fails (and is logged once per notification), so the poll
 /// loops must not see it as work, or they spin on it — and log — until the index changes.
 pub fn ring_has_avail<M: GuestMemory>(vring: &VringRwLock, mem: &M) -> bool {
+    avail_ahead(vring, mem).is_some()
+}
+
+/// The device's next avail position and how many chains the driver has made available
+/// past it; none when the queue is not ready, nothing is available, or the index is
+/// corrupt (see [`ring_has_avail`]).
+fn avail_ahead<M: GuestMemory>(vring: &VringRwLock, mem: &M) -> Option<(u16, u16)> {
     let guard = vring.get_ref();
     let queue = guard.get_queue();
-    queue.ready()
-        && queue
-            .avail_idx(mem, std::sync::atomic::Ordering::Acquire)
-            .is_ok_and(|idx| {
-                let ahead = idx.0.wrapping_sub(queue.next_avail());
-                ahead != 0 && ahead <= queue.size()
-            })
+    if !queue.ready() {
+        return None;
+    }
+    let idx = queue
+        .avail_idx(mem, std::sync::atomic::Ordering::Acquire)
+        .ok()?;
+    let next = queue.next_avail();
+    let ahead = idx.0.wrapping_sub(next);
+    (ahead != 0 && ahead <= queue.size()).then_some((next, ahead))
 }
 
 /// When the driver made requests available while the device thread was spinning (toward
@@ -359,8 +368,9 @@ pub fn ring_has_avail<M: GuestMemory>(vring: &VringRwLock, mem: &M) -> bool {
 ///
 /// Only looks: taking requests during a spin would keep a busy device thread in one
 /// call for as long as the driver keeps the queue full (docs/performance.md, issue 16's
-/// eighth session). Without it, at QD8 with a polling client, requests were taken
-/// 25–31 µs (p50) and up to 1.6 ms (p99) after the completion that freed their slot.
+/// eighth session). Without it, at QD8 with a polling client, the trace put requests
+/// 1.0 ms (p50) and 1.8 ms (p99) after the completion that freed their slot; with it,
+/// 2 µs (p50) (docs/performance.md, "Arrivals seen during the spin").
 #[derive(Debug, Default)]
 pub struct ArrivalWatch {
     /// The device's next avail position when the first look found requests.
@@ -373,19 +383,10 @@ impl ArrivalWatch {
     /// Look at `vring`'s avail index; note when more requests are available than the
     /// last look found.
     pub fn look<M: GuestMemory>(&mut self, vring: &VringRwLock, mem: &M) {
-        let guard = vring.get_ref();
-        let queue = guard.get_queue();
-        if !queue.ready() {
-            return;
-        }
-        let Ok(idx) = queue.avail_idx(mem, std::sync::atomic::Ordering::Acquire) else {
+        // Nothing, or a corrupt index (taking it will say so): nothing to note.
+        let Some((next, ahead)) = avail_ahead(vring, mem) else {
             return;
         };
-        let next = queue.next_avail();
-        let ahead = idx.0.wrapping_sub(next);
-        if ahead == 0 || ahead > queue.size() {
-            return; // nothing, or a corrupt index (taking it will say so)
-        }
         if self.base != Some(next) {
             self.base = Some(next);
             self.seen.clear();
@@ -395,10 +396,15 @@ impl ArrivalWatch {
         }
     }
 
+    /// The avail position the requests seen so far count from (none: nothing seen).
+    pub fn base(&self) -> Option<u16> {
+        self.base
+    }
+
     /// When the request at avail position `next + i` was first seen, `next` being the
     /// device's position before it takes this round (none: it was not seen by a look).
-    pub fn arrival(&self, next: u16, i: usize) -> Option<Instant> {
-        if self.base != Some(next) {
+    pub fn arrival(&self, next: Option<u16>, i: usize) -> Option<Instant> {
+        if next.is_none() || self.base != next {
             return None;
         }
         self.seen

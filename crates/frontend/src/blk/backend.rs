@@ -292,7 +292,12 @@ impl Inner {
                 vring.disable_notification().map_err(io::Error::other)?;
             }
             let mem = atomic.memory();
-            let next = vring.get_ref().get_queue().next_avail();
+            // Where this round starts, read only when a spin saw requests (no lock taken
+            // on the common path).
+            let next = self
+                .watch
+                .base()
+                .map(|_| vring.get_ref().get_queue().next_avail());
             // A corrupt ring (avail index more than a ring ahead) is logged and taken as
             // empty, as the mmc transport does: an error here would end the worker
             // silently and leave the session without a queue.
