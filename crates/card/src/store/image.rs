@@ -10,8 +10,10 @@
 //! memory and no buffer larger than [`FILL_CHUNK`] is ever allocated. With
 //! [`ImageStore::set_io_threads`], large writes handed over with `write_owned` go to
 //! the file on a writer thread (`writer.rs`), at most 8 MiB of them at a time, copied
-//! into a mapping of the image where the kernel allows (`mapped.rs`); small ones wait for the end of the owner's round ([`Store::end_batch`]), and large reads
-//! are split over two threads.
+//! into a mapping of the image where the kernel allows (`mapped.rs`); small ones wait for
+//! the end of the owner's round ([`Store::end_batch`]) and are copied into the same
+//! mapping, small reads of pages it knows to be allocated are copied out of it, and large
+//! reads are split over two threads.
 
 use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
@@ -183,9 +185,15 @@ impl ImageStore {
         self.mapped_writes = on;
     }
 
-    /// Writes the writer thread has copied into its mapping of the image so far.
+    /// Writes copied into the mapping of the image so far (`mapped.rs`).
     pub fn mapped_writes(&self) -> u64 {
         self.writer.as_ref().map_or(0, Writer::mapped_writes)
+    }
+
+    /// Reads copied out of the mapping of the image so far: small reads of pages known
+    /// to be allocated there.
+    pub fn mapped_reads(&self) -> u64 {
+        self.writer.as_ref().map_or(0, Writer::mapped_reads)
     }
 
     /// Before the file's `[offset, offset + len)` changes: void the copies of it
@@ -425,6 +433,15 @@ impl Store for ImageStore {
             }
         }
         self.settle_range(offset, buf.len() as u64)?;
+        if buf.len() < MIN_SPLIT_READ_BYTES {
+            if let Some(w) = &self.writer {
+                // SAFETY: `buf` is the caller's memory, valid for writes, not the image's
+                // mapping.
+                if unsafe { w.read_mapped(buf.as_mut_ptr(), buf.len(), offset) } {
+                    return Ok(());
+                }
+            }
+        }
         match &self.reader {
             Some(r) if buf.len() >= MIN_SPLIT_READ_BYTES => {
                 r.read_exact_at(&self.file, buf, offset)
@@ -471,6 +488,11 @@ impl Store for ImageStore {
             return Ok(());
         }
         if byte == 0 {
+            // The mapping must not copy into these pages again without populating them:
+            // once deallocated, they need space the filesystem may not have.
+            if let Some(w) = &self.writer {
+                w.forget_allocated(offset, len);
+            }
             match self.punch_hole(offset, len) {
                 Ok(()) => return Ok(()),
                 // The filesystem cannot punch holes: store the zeroes instead.
@@ -1287,6 +1309,51 @@ mod tests {
             .iter()
             .all(|&b| b == 0));
         assert_eq!(read(&mut store, start + len, 512), vec![0xCD; 512]);
+    }
+
+    #[test]
+    fn small_reads_and_writes_use_the_mapping_and_a_zero_fill_is_not_allocated_again() {
+        let dir = crate::store::scratch_dir();
+        let (path, mut store) = new_image(&dir);
+        store.set_io_threads(true).unwrap();
+        let user = layout().user_offset();
+        // A large write maps and populates its window; a small one at the end of a
+        // round and small reads then use the same pages.
+        let mut big = pattern(3, 1 << 20);
+        store.write_owned(user, &mut big).unwrap();
+        store.end_batch();
+        let mut small = pattern(4, 4096);
+        store.write_owned(user + 8192, &mut small).unwrap();
+        store.end_batch();
+        let mut expect = pattern(3, 16384);
+        expect[8192..12288].copy_from_slice(&pattern(4, 4096));
+        assert_eq!(read(&mut store, user, 16384), expect);
+        let mapping = super::super::mapped::populate_supported()
+            && super::super::mapped::in_tmpfs(&store.file).is_ok();
+        if mapping {
+            assert_eq!(store.mapped_writes(), 2, "both writes through the mapping");
+            assert_eq!(store.mapped_reads(), 1, "the read out of it");
+        }
+        // A zero fill gives the pages back; reading them must not take them again
+        // (a read through the mapping of a hole would).
+        let held = allocated(&path);
+        store.fill(user, 1 << 20, 0).unwrap();
+        let freed = allocated(&path);
+        assert!(
+            freed + (1 << 20) <= held,
+            "{held} then {freed} bytes allocated"
+        );
+        assert!(read(&mut store, user, 16384).iter().all(|&b| b == 0));
+        assert_eq!(
+            allocated(&path),
+            freed,
+            "a read allocated the punched pages"
+        );
+        // And a write there afterwards lands (populating the page again).
+        let mut again = pattern(5, 4096);
+        store.write_owned(user + 4096, &mut again).unwrap();
+        store.end_batch();
+        assert_eq!(read(&mut store, user + 4096, 4096), pattern(5, 4096));
     }
 
     #[test]

@@ -185,12 +185,25 @@ fn next_job<T>(jobs: &mpsc::Receiver<T>, spin: Duration, streaming: &mut bool) -
     job
 }
 
+/// Copy a write into the mapping; a failure other than the mapping being unusable is
+/// logged (the caller writes with `pwrite`, which reports the filesystem's own error).
+fn write_mapped(m: &MappedImage, buf: &[u8], offset: u64) -> Result<(), MapError> {
+    let r = m.write_all_at(buf, offset);
+    if let Err(e @ MapError::Failed(_)) = &r {
+        log::debug!("image write at offset {offset} through pwrite: {e}");
+    }
+    r
+}
+
 /// The image's writer thread and what it has been given.
 pub struct Writer {
     shared: Arc<Shared>,
     worker: Worker<Vec<Job>>,
     /// The caller's own handle, for the small writes it does itself.
     file: File,
+    /// The mapping the thread copies into, shared (`mapped.rs`): the caller's small
+    /// writes go through it too, and reads of pages known to be allocated.
+    map: Option<MappedImage>,
     /// Small writes held back until the round ends (`end_batch`).
     staged: Vec<Job>,
     staged_bytes: usize,
@@ -210,14 +223,14 @@ impl std::fmt::Debug for Writer {
 }
 
 impl Writer {
-    /// Start a writer on its own handle of `file`. With `mapped`, the thread copies
-    /// writes of [`MIN_QUEUED_BYTES`] and more into a mapping of the file (`mapped.rs`)
+    /// Start a writer on its own handle of `file`. With `mapped`, the thread and the
+    /// caller's round-end writes copy into a mapping of the file (`mapped.rs`)
     /// where the kernel and the file's filesystem (tmpfs) allow it, and writes with
     /// `pwrite` otherwise.
     pub fn start(file: &File, mapped: bool) -> io::Result<Writer> {
         let own = file.try_clone()?;
         let file = file.try_clone()?;
-        let mut map = match mapped.then(|| MappedImage::new(&file)) {
+        let map = match mapped.then(|| MappedImage::new(&file)) {
             Some(Ok(map)) => Some(map),
             Some(Err(e)) => {
                 log::info!("{e}; image writes go through pwrite");
@@ -225,6 +238,8 @@ impl Writer {
             }
             None => None,
         };
+        let own_map = map.clone();
+        let mut map = map;
         let shared = Arc::new(Shared::default());
         let on_thread = Arc::clone(&shared);
         let worker = Worker::start("image-writer", move |jobs: Vec<Job>| {
@@ -232,23 +247,20 @@ impl Writer {
             let results: Vec<io::Result<()>> = jobs
                 .iter()
                 .map(|job| {
-                    if job.buf.len() >= MIN_QUEUED_BYTES {
-                        if let Some(m) = &mut map {
-                            match m.write_all_at(&job.buf, job.offset) {
-                                Ok(()) => {
-                                    mapped_writes += 1;
-                                    return Ok(());
-                                }
-                                Err(e @ MapError::Unsupported(_)) => {
-                                    log::info!("{e}; image writes go through pwrite");
-                                    map = None;
-                                }
-                                Err(MapError::NoRoom) => {}
-                                Err(e) => log::debug!(
-                                    "image write at offset {} through pwrite: {e}",
-                                    job.offset
-                                ),
+                    if let Some(m) = &map {
+                        match write_mapped(m, &job.buf, job.offset) {
+                            Ok(()) => {
+                                mapped_writes += 1;
+                                return Ok(());
                             }
+                            Err(MapError::Unsupported(e)) => {
+                                log::info!(
+                                    "the image cannot be mapped for writing: {e}; image \
+                                     writes go through pwrite"
+                                );
+                                map = None;
+                            }
+                            Err(_) => {}
                         }
                     }
                     file.write_all_at(&job.buf, job.offset)
@@ -280,6 +292,7 @@ impl Writer {
             shared,
             worker,
             file: own,
+            map: own_map,
             staged: Vec::new(),
             staged_bytes: 0,
             batching: false,
@@ -355,14 +368,34 @@ impl Writer {
     /// writes it overlaps: what a caller that has to wait for them anyway does.
     fn write_staged_here(&mut self) {
         self.staged_bytes = 0;
+        let mut mapped = 0;
         for job in std::mem::take(&mut self.staged) {
             let len = job.buf.len() as u64;
             drop(self.wait_queued(job.offset, len));
+            if let Some(m) = &self.map {
+                match write_mapped(m, &job.buf, job.offset) {
+                    Ok(()) => {
+                        mapped += 1;
+                        continue;
+                    }
+                    Err(MapError::Unsupported(e)) => {
+                        log::info!(
+                            "the image cannot be mapped for writing: {e}; image writes go \
+                             through pwrite"
+                        );
+                        self.map = None;
+                    }
+                    Err(_) => {}
+                }
+            }
             if let Err(e) = self.file.write_all_at(&job.buf, job.offset) {
                 // Reported at the next call into the store, as the thread's failures are.
                 log::error!("image write of {len} bytes at offset {}: {e}", job.offset);
                 self.shared.lock().error.get_or_insert(e);
             }
+        }
+        if mapped > 0 {
+            self.shared.lock().mapped_writes += mapped;
         }
     }
 
@@ -427,9 +460,37 @@ impl Writer {
                 .any(|&p| overlaps(p, offset, len))
     }
 
-    /// Writes the thread has copied into its mapping of the image so far.
+    /// Writes copied into the mapping of the image so far (by the thread, or by the
+    /// caller at the end of a round).
     pub fn mapped_writes(&self) -> u64 {
         self.shared.lock().mapped_writes
+    }
+
+    /// Reads copied out of the mapping of the image so far.
+    pub fn mapped_reads(&self) -> u64 {
+        self.map.as_ref().map_or(0, MappedImage::reads)
+    }
+
+    /// Copy `[offset, offset + len)` of the image into `dest` from the mapping, if every
+    /// page of it is known to be allocated there (`MappedImage::read_at`); `false`
+    /// otherwise. The caller has waited for the writes that overlap the range.
+    ///
+    /// # Safety
+    /// As `MappedImage::read_at`: `dest..dest + len` is valid for writes and not part of
+    /// the image's mapping.
+    pub unsafe fn read_mapped(&self, dest: *mut u8, len: usize, offset: u64) -> bool {
+        // SAFETY: the caller's promise is the one `read_at` asks for.
+        self.map
+            .as_ref()
+            .is_some_and(|m| unsafe { m.read_at(dest, len, offset) })
+    }
+
+    /// `[offset, offset + len)` is about to be deallocated (no write to it is queued or
+    /// held back): the mapping must populate its pages again before a copy into them.
+    pub fn forget_allocated(&self, offset: u64, len: u64) {
+        if let Some(m) = &self.map {
+            m.forget(offset, len);
+        }
     }
 
     /// The first write that failed since the last call, if any.
