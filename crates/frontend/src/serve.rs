@@ -124,14 +124,16 @@ pub enum ImageIoArg {
     /// docs/durability.md); reads of 64 KiB and more are split over two threads; with
     /// `--timing off`, a blk round of four or more smaller reads has them copied into
     /// guest memory on a helper thread while the card model runs.
-    /// For an image in tmpfs the writer thread copies those large writes into a shared
-    /// mapping of the image (`madvise(MADV_POPULATE_WRITE)` first, so a full tmpfs is an
-    /// error, not a crash), which copies at about 1.6 times `pwrite`'s rate; images on
-    /// other filesystems, and kernels older than 5.14, get `pwrite`.
+    /// For an image in tmpfs the writer thread copies those large writes, and the device
+    /// thread its small round-end writes, into a shared mapping of the image
+    /// (`madvise(MADV_POPULATE_WRITE)` first, once per page, so a full tmpfs is an error,
+    /// not a crash), which copies at about 1.6 times `pwrite`'s rate; small reads of
+    /// pages known to be allocated come out of it. Images on other filesystems, and
+    /// kernels older than 5.14, get `pread`/`pwrite`.
     #[default]
     Threads,
-    /// As `threads`, with the writer thread writing through `pwrite` (the daemon before
-    /// the mapping, for comparison).
+    /// As `threads`, with `pread`/`pwrite` instead of the mapping (the daemon before it,
+    /// for comparison).
     ThreadsPwrite,
     /// All image I/O on the device thread.
     Inline,
