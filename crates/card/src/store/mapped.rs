@@ -270,8 +270,8 @@ impl MappedImage {
             let pages = window.pages(start, n);
             if !window.all_allocated(pages.clone()) {
                 if let Err(e) = populate_for_write(dest, n) {
-                    if matches!(e, MapError::Unsupported(_)) {
-                        self.inner.off.store(true, Ordering::Relaxed);
+                    if let MapError::Unsupported(why) = &e {
+                        self.turn_off(why);
                     }
                     return Err(e);
                 }
@@ -307,7 +307,7 @@ impl MappedImage {
         };
         let base = offset - offset % self.inner.window_bytes;
         // One window only: a read across two goes to pread.
-        if end > base + self.inner.window_bytes || self.inner.off.load(Ordering::Relaxed) {
+        if end > base + self.inner.window_bytes {
             return false;
         }
         let Ok(window) = self.window(base, false) else {
@@ -336,6 +336,15 @@ impl MappedImage {
             if lo < hi {
                 w.mark_allocated(w.pages((lo - w.base) as usize, (hi - lo) as usize), false);
             }
+        }
+    }
+
+    /// The mapping cannot be used here: every clone goes to `pread`/`pwrite` from now
+    /// on (`write_all_at` answers `Unsupported`, `read_at` false), and the log says so
+    /// once.
+    fn turn_off(&self, why: &io::Error) {
+        if !self.inner.off.swap(true, Ordering::Relaxed) {
+            log::info!("the image cannot be mapped for writing: {why}; image I/O goes through pread/pwrite");
         }
     }
 
@@ -394,8 +403,9 @@ impl MappedImage {
             )
         };
         if ptr == libc::MAP_FAILED {
-            inner.off.store(true, Ordering::Relaxed);
-            return Err(MapError::Unsupported(io::Error::last_os_error()));
+            let e = io::Error::last_os_error();
+            self.turn_off(&e);
+            return Err(MapError::Unsupported(e));
         }
         let ptr = NonNull::new(ptr.cast::<u8>()).expect("mmap does not return null");
         let pages = len.div_ceil(page_size() as usize);

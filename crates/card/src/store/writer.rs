@@ -185,14 +185,18 @@ fn next_job<T>(jobs: &mpsc::Receiver<T>, spin: Duration, streaming: &mut bool) -
     job
 }
 
-/// Copy a write into the mapping; a failure other than the mapping being unusable is
-/// logged (the caller writes with `pwrite`, which reports the filesystem's own error).
-fn write_mapped(m: &MappedImage, buf: &[u8], offset: u64) -> Result<(), MapError> {
-    let r = m.write_all_at(buf, offset);
-    if let Err(e @ MapError::Failed(_)) = &r {
-        log::debug!("image write at offset {offset} through pwrite: {e}");
+/// Copy a write into the mapping; false if it did not go there, and the caller writes
+/// it with `pwrite` (which reports the filesystem's own error, if any). A mapping found
+/// unusable says so in the log itself (`mapped.rs`).
+fn write_mapped(m: &MappedImage, buf: &[u8], offset: u64) -> bool {
+    match m.write_all_at(buf, offset) {
+        Ok(()) => true,
+        Err(e @ MapError::Failed(_)) => {
+            log::debug!("image write at offset {offset} through pwrite: {e}");
+            false
+        }
+        Err(_) => false,
     }
-    r
 }
 
 /// The image's writer thread and what it has been given.
@@ -235,13 +239,12 @@ impl Writer {
         let map = match mapped.then(|| MappedImage::new(&file)) {
             Some(Ok(map)) => Some(map),
             Some(Err(e)) => {
-                log::info!("{e}; image writes go through pwrite");
+                log::info!("{e}; image I/O goes through pread/pwrite");
                 None
             }
             None => None,
         };
-        let own_map = map.clone();
-        let mut map = map;
+        let thread_map = map.clone();
         let shared = Arc::new(Shared::default());
         let on_thread = Arc::clone(&shared);
         let worker = Worker::start("image-writer", move |jobs: Vec<Job>| {
@@ -250,20 +253,10 @@ impl Writer {
                 .iter()
                 .map(|job| {
                     let large = job.buf.len() >= MIN_QUEUED_BYTES;
-                    if let Some(m) = map.as_ref().filter(|_| large) {
-                        match write_mapped(m, &job.buf, job.offset) {
-                            Ok(()) => {
-                                mapped_writes += 1;
-                                return Ok(());
-                            }
-                            Err(MapError::Unsupported(e)) => {
-                                log::info!(
-                                    "the image cannot be mapped for writing: {e}; image \
-                                     writes go through pwrite"
-                                );
-                                map = None;
-                            }
-                            Err(_) => {}
+                    if let Some(m) = thread_map.as_ref().filter(|_| large) {
+                        if write_mapped(m, &job.buf, job.offset) {
+                            mapped_writes += 1;
+                            return Ok(());
                         }
                     }
                     file.write_all_at(&job.buf, job.offset)
@@ -295,7 +288,7 @@ impl Writer {
             shared,
             worker,
             file: own,
-            map: own_map,
+            map,
             staged: Vec::new(),
             staged_bytes: 0,
             batching: false,
@@ -375,21 +368,13 @@ impl Writer {
         for job in std::mem::take(&mut self.staged) {
             let len = job.buf.len() as u64;
             drop(self.wait_queued(job.offset, len));
-            if let Some(m) = &self.map {
-                match write_mapped(m, &job.buf, job.offset) {
-                    Ok(()) => {
-                        mapped += 1;
-                        continue;
-                    }
-                    Err(MapError::Unsupported(e)) => {
-                        log::info!(
-                            "the image cannot be mapped for writing: {e}; image writes go \
-                             through pwrite"
-                        );
-                        self.map = None;
-                    }
-                    Err(_) => {}
-                }
+            if self
+                .map
+                .as_ref()
+                .is_some_and(|m| write_mapped(m, &job.buf, job.offset))
+            {
+                mapped += 1;
+                continue;
             }
             if let Err(e) = self.file.write_all_at(&job.buf, job.offset) {
                 // Reported at the next call into the store, as the thread's failures are.
