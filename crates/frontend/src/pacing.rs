@@ -186,6 +186,11 @@ impl Completions {
         self.pending.is_empty()
     }
 
+    /// When the first queued completion is due.
+    pub fn first_due(&self) -> Option<Instant> {
+        self.pending.front().map(|p| p.due)
+    }
+
     /// Queue a completion, keeping due order (equal due times keep their order).
     pub fn push(&mut self, p: Pending) {
         let at = self.pending.partition_point(|q| q.due <= p.due);
@@ -269,6 +274,19 @@ impl Completions {
         wake: Option<Instant>,
         watch: &mut dyn FnMut(),
     ) -> io::Result<()> {
+        self.signal_due_watching(vrings, event_idx, watch)?;
+        self.arm(wake)
+    }
+
+    /// Signal every completion whose time has come (spinning out the last
+    /// microseconds, calling `watch` on every turn), and leave the timer as it is: for
+    /// a loop that goes on to run the card and then calls [`Completions::arm`].
+    pub fn signal_due_watching(
+        &mut self,
+        vrings: &[VringRwLock],
+        event_idx: bool,
+        watch: &mut dyn FnMut(),
+    ) -> io::Result<()> {
         // Bit q: queue q got used entries.
         let mut used = 0u64;
         while let Some(p) = self.pending.front().copied() {
@@ -310,6 +328,12 @@ impl Completions {
         }
         // Woken for the card's own event, or early: the time the work took counts too.
         self.ready();
+        Ok(())
+    }
+
+    /// Arm the timer for the next completion or `wake`, whichever is first (the margin
+    /// early); disarm it when there is neither.
+    pub fn arm(&mut self, wake: Option<Instant>) -> io::Result<()> {
         let next = match (self.pending.front().map(|p| p.due), wake) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -321,8 +345,19 @@ impl Completions {
                     .saturating_duration_since(now)
                     .saturating_sub(self.spin.get())
                     .max(Duration::from_nanos(1));
+                let at = now + wait;
+                // A timer armed a little earlier (by at most an eighth of the wait) is
+                // kept: it wakes the loop early, which arms it again. A far event that
+                // moves on with every request (the card's idle work) then costs a
+                // wake-up now and then instead of a system call per completion.
+                if self
+                    .armed
+                    .is_some_and(|a| a <= at && at.duration_since(a) <= wait / 8)
+                {
+                    return Ok(());
+                }
                 self.timer.reset(wait, None)?;
-                self.armed = Some(now + wait);
+                self.armed = Some(at);
             }
             // Disarming is a system call: skip it when nothing is armed, as on every
             // completion without pacing.
@@ -690,6 +725,43 @@ mod tests {
         c.complete_due(&[], false, None).unwrap();
         assert!(c.armed.is_none());
         assert!(!timer_armed(&c), "disarmed once nothing is left");
+    }
+
+    /// The time left on the timer, from the kernel.
+    fn timer_left(c: &Completions) -> Duration {
+        // SAFETY: an all-zero itimerspec is a valid value for timerfd_gettime to overwrite.
+        let mut spec: libc::itimerspec = unsafe { std::mem::zeroed() };
+        // SAFETY: timerfd_gettime on the completions' own timer fd, into a local struct.
+        assert_eq!(unsafe { libc::timerfd_gettime(c.timer_fd(), &mut spec) }, 0);
+        Duration::new(spec.it_value.tv_sec as u64, spec.it_value.tv_nsec as u32)
+    }
+
+    /// A far event that moves on a little with every request keeps the timer armed for
+    /// the first one (one early wake-up instead of a system call each time); an earlier
+    /// one, or one much later, arms it again.
+    #[test]
+    fn a_timer_armed_a_little_early_is_kept_and_an_earlier_or_much_later_event_rearms_it() {
+        let mut c = Completions::new().unwrap();
+        c.set_spin(SpinMargin::fixed(Duration::ZERO));
+        let t0 = Instant::now();
+        c.arm(Some(t0 + Duration::from_secs(60))).unwrap();
+        let first = c.armed.unwrap();
+        // 1 ms later: within an eighth of the wait, kept.
+        c.arm(Some(
+            t0 + Duration::from_secs(60) + Duration::from_millis(1),
+        ))
+        .unwrap();
+        assert_eq!(c.armed, Some(first));
+        assert!(timer_left(&c) <= Duration::from_secs(60));
+        // Earlier: armed again.
+        c.arm(Some(t0 + Duration::from_secs(30))).unwrap();
+        assert!(c.armed.unwrap() < first);
+        assert!(timer_left(&c) <= Duration::from_secs(30));
+        // Much later (more than an eighth of the wait): armed again, later.
+        c.arm(Some(t0 + Duration::from_secs(50))).unwrap();
+        let later = c.armed.unwrap();
+        assert!(later > t0 + Duration::from_secs(49));
+        assert!(timer_left(&c) > Duration::from_secs(40));
     }
 
     #[test]

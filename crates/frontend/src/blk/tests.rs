@@ -10,8 +10,8 @@ use super::backend::{EmmcBlkBackend, Pacing, DEFAULT_SPIN, DEFAULT_SPIN_MAX, TIM
 use super::request::*;
 use super::target::{CardTarget, DriverPolicy};
 use crate::testing::{guest_memory, handle_event, mem_card, model, GuestQueue};
-use emmc_card::model::DeviceModel;
-use emmc_card::store::MemStore;
+use emmc_card::model::{DeviceModel, TimingModel};
+use emmc_card::store::{MemStore, Store};
 use emmc_card::timing::Nanos;
 use emmc_card::Card;
 use emmc_host::iosched::Elevator;
@@ -980,7 +980,7 @@ fn by_default_a_read_overtakes_the_writeback_queued_before_it() {
 
 #[test]
 fn small_image_writes_held_back_for_a_round_read_back_and_reach_the_image_at_a_flush() {
-    use emmc_card::store::{ImageStore, Store};
+    use emmc_card::store::ImageStore;
     use std::os::unix::fs::FileExt;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("card.img");
@@ -1142,5 +1142,116 @@ fn reads_copied_ahead_match_reads_on_the_device_thread(cache: bool, elevator: El
                 &h[..4]
             );
         }
+    }
+}
+
+/// A store that holds writes back until the round ends, as the image store does with
+/// small ones, and notes the used index of a queue each time it is told the round ended.
+struct HoldingStore {
+    inner: MemStore,
+    held: Vec<(u64, Vec<u8>)>,
+    /// Guest memory and the used ring's index address, once the rig has them.
+    used_idx: std::sync::Arc<std::sync::OnceLock<(GuestMemoryAtomic<GuestMemoryMmap>, u64)>>,
+    /// (used index, writes held) at each `end_batch`.
+    log: std::sync::Arc<std::sync::Mutex<Vec<(u16, usize)>>>,
+}
+
+impl HoldingStore {
+    fn settle(&mut self) {
+        for (offset, buf) in std::mem::take(&mut self.held) {
+            self.inner.write_at(offset, &buf).unwrap();
+        }
+    }
+}
+
+impl emmc_card::store::Store for HoldingStore {
+    fn layout(&self) -> emmc_card::store::ImageLayout {
+        self.inner.layout()
+    }
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), emmc_card::store::StoreError> {
+        self.settle();
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&mut self, offset: u64, buf: &[u8]) -> Result<(), emmc_card::store::StoreError> {
+        self.held.push((offset, buf.to_vec()));
+        Ok(())
+    }
+    fn end_batch(&mut self) {
+        if let Some((mem, at)) = self.used_idx.get() {
+            let idx = mem.memory().read_obj(GuestAddress(*at)).unwrap();
+            self.log.lock().unwrap().push((idx, self.held.len()));
+        }
+        self.settle();
+    }
+    fn fill(
+        &mut self,
+        offset: u64,
+        len: u64,
+        byte: u8,
+    ) -> Result<(), emmc_card::store::StoreError> {
+        self.settle();
+        self.inner.fill(offset, len, byte)
+    }
+    fn sync(&mut self) -> Result<(), emmc_card::store::StoreError> {
+        self.settle();
+        self.inner.sync()
+    }
+    fn load_card_state(&self) -> Option<toml::Table> {
+        self.inner.load_card_state()
+    }
+    fn save_card_state(&mut self, state: &toml::Table) -> Result<(), emmc_card::store::StoreError> {
+        self.inner.save_card_state(state)
+    }
+}
+
+#[test]
+fn a_paced_round_writes_what_the_store_held_back_before_it_signals_the_completion() {
+    // Paced, the device thread writes the held-back writes while it waits for the
+    // completion's instant: after signalling, they would delay its look for the
+    // client's next request (and so the arrival the card is given for it).
+    // A cache of two 4 KiB lines (64 kibibits): from the third write on, each write
+    // destages an older one into the store. A write into the cache takes 2 ms.
+    let mut m = model(2_000_000);
+    m.ext_csd.cache_size = 64;
+    if let TimingModel::Constant(c) = &mut m.timing {
+        c.cache_block_ns = 250_000;
+    }
+    let used_idx = std::sync::Arc::new(std::sync::OnceLock::new());
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let store = HoldingStore {
+        inner: MemStore::new(Card::layout_for(&m)),
+        held: Vec::new(),
+        used_idx: used_idx.clone(),
+        log: log.clone(),
+    };
+    let card = Card::new(m.clone(), Box::new(store)).unwrap();
+    let target = CardTarget::new(card, &m, &DriverPolicy::default()).unwrap();
+    let mut rig = Rig::with_target(target, Pacing::Realtime { scale: 1.0 });
+    // A margin longer than the program: each kick spins through to its completion.
+    let margin = Duration::from_millis(50);
+    rig.backend.set_spin(margin, margin);
+    used_idx
+        .set((rig.mem.clone(), rig.queue.used_ring + 2))
+        .unwrap();
+    for i in 0..8u16 {
+        write(&mut rig, u64::from(i) * 8, &[i as u8 + 1; 4096]);
+        assert_eq!(rig.used().len(), 1, "write {i}");
+        assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_OK);
+        // Every end of a round since the last write, as (used index, writes held).
+        let ends = std::mem::take(&mut *log.lock().unwrap());
+        let gave: Vec<_> = ends.iter().filter(|&&(_, held)| held > 0).collect();
+        if i < 2 {
+            assert!(gave.is_empty(), "write {i}: the cache had room: {ends:?}");
+            continue;
+        }
+        assert_eq!(
+            gave,
+            [&(i, 1)],
+            "write {i}: the destage of an older line must reach \
+            the store before this write's completion is signalled (used index {i}): {ends:?}"
+        );
+    }
+    for i in 0..8u64 {
+        assert_eq!(read(&mut rig, i * 8, 4096), vec![i as u8 + 1; 4096]);
     }
 }
