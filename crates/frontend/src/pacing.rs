@@ -287,12 +287,20 @@ impl Completions {
         event_idx: bool,
         watch: &mut dyn FnMut(),
     ) -> io::Result<()> {
-        // Bit q: queue q got used entries.
+        // Bit q: queue q got used entries not yet notified.
         let mut used = 0u64;
         while let Some(p) = self.pending.front().copied() {
             let mut now = Instant::now();
             if p.due > now + self.spin.get() {
                 break;
+            }
+            // What is done is notified before the wait for a later instant: a driver
+            // that sleeps until it is notified would otherwise learn of a completion
+            // only with the next one in the margin (at QD2 and more, a whole request
+            // later).
+            if now < p.due && used != 0 {
+                notify(vrings, event_idx, used)?;
+                used = 0;
             }
             self.ready();
             while now < p.due {
@@ -317,15 +325,7 @@ impl Completions {
                 p.done_at
             );
         }
-        for (_, vring) in vrings
-            .iter()
-            .enumerate()
-            .filter(|&(q, _)| used & 1u64.checked_shl(q as u32).unwrap_or(0) != 0)
-        {
-            if !event_idx || vring.needs_notification().map_err(io::Error::other)? {
-                vring.signal_used_queue()?;
-            }
-        }
+        notify(vrings, event_idx, used)?;
         // Woken for the card's own event, or early: the time the work took counts too.
         self.ready();
         Ok(())
@@ -369,6 +369,21 @@ impl Completions {
         }
         Ok(())
     }
+}
+
+/// Signal the queues whose bit is set in `used` (those that got used entries), as the
+/// driver asked: with `event_idx`, only when its used event has been passed.
+fn notify(vrings: &[VringRwLock], event_idx: bool, used: u64) -> io::Result<()> {
+    for (_, vring) in vrings
+        .iter()
+        .enumerate()
+        .filter(|&(q, _)| used & 1u64.checked_shl(q as u32).unwrap_or(0) != 0)
+    {
+        if !event_idx || vring.needs_notification().map_err(io::Error::other)? {
+            vring.signal_used_queue()?;
+        }
+    }
+    Ok(())
 }
 
 /// Whether the driver has made chains available on `vring` that the device has not
@@ -725,6 +740,63 @@ mod tests {
         c.complete_due(&[], false, None).unwrap();
         assert!(c.armed.is_none());
         assert!(!timer_armed(&c), "disarmed once nothing is left");
+    }
+
+    /// Two completions 5 ms apart, both within the margin: the first is notified at its
+    /// own instant, before the thread waits for the second (a driver that sleeps until
+    /// notified must not learn of it only with the second).
+    #[test]
+    fn each_completion_is_notified_before_the_wait_for_the_next_one() {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        use vm_memory::{GuestAddress, GuestMemoryAtomic, GuestMemoryMmap};
+        let mem = GuestMemoryAtomic::new(
+            GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 0x10_0000)]).unwrap(),
+        );
+        let queue = crate::testing::GuestQueue::new(&mem, 0x10000);
+        let call = vmm_sys_util::eventfd::EventFd::new(libc::EFD_NONBLOCK).unwrap();
+        // SAFETY: dup of an eventfd this test owns; the File owns the new descriptor.
+        let dup = unsafe { libc::dup(call.as_raw_fd()) };
+        assert!(dup >= 0);
+        // SAFETY: `dup` is a fresh descriptor that nothing else owns.
+        queue
+            .vring
+            .set_call(Some(unsafe { std::fs::File::from_raw_fd(dup) }));
+        let mut c = Completions::new().unwrap();
+        c.set_spin(SpinMargin::fixed(Duration::from_millis(100)));
+        let t0 = Instant::now();
+        let first = t0 + Duration::from_millis(5);
+        for (head, due) in [(0, first), (1, first + Duration::from_millis(5))] {
+            c.push(Pending {
+                queue: 0,
+                head,
+                len: 1,
+                due,
+                done_at: 0,
+            });
+        }
+        // Every turn of the spin: was the first completion notified by then?
+        let (mut notified, mut turns_after_first) = (0u64, 0u32);
+        let mut late_turns = 0u32;
+        c.complete_due_watching(std::slice::from_ref(&queue.vring), false, None, &mut || {
+            if let Ok(n) = call.read() {
+                notified += n;
+            }
+            if Instant::now() > first {
+                turns_after_first += 1;
+                if notified == 0 {
+                    late_turns += 1;
+                }
+            }
+        })
+        .unwrap();
+        assert!(turns_after_first > 0, "the thread spun toward the second");
+        assert_eq!(
+            late_turns, 0,
+            "{late_turns} of {turns_after_first} turns after the first completion's \
+             instant had no notification for it"
+        );
+        notified += call.read().unwrap_or(0);
+        assert_eq!(notified, 2, "one notification per completion");
     }
 
     /// The time left on the timer, from the kernel.
