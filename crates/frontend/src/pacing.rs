@@ -262,25 +262,14 @@ impl Completions {
         event_idx: bool,
         wake: Option<Instant>,
     ) -> io::Result<()> {
-        self.complete_due_watching(vrings, event_idx, wake, &mut || {})
-    }
-
-    /// As [`Completions::complete_due`], calling `watch` on every turn of the spin (to
-    /// note requests made available meanwhile: [`ArrivalWatch`]).
-    pub fn complete_due_watching(
-        &mut self,
-        vrings: &[VringRwLock],
-        event_idx: bool,
-        wake: Option<Instant>,
-        watch: &mut dyn FnMut(),
-    ) -> io::Result<()> {
-        self.signal_due_watching(vrings, event_idx, watch)?;
+        self.signal_due_watching(vrings, event_idx, &mut || {})?;
         self.arm(wake)
     }
 
     /// Signal every completion whose time has come (spinning out the last
-    /// microseconds, calling `watch` on every turn), and leave the timer as it is: for
-    /// a loop that goes on to run the card and then calls [`Completions::arm`].
+    /// microseconds, calling `watch` on every turn to note requests made available
+    /// meanwhile: [`ArrivalWatch`]), and leave the timer as it is: for a loop that goes
+    /// on to run the card and then calls [`Completions::arm`].
     pub fn signal_due_watching(
         &mut self,
         vrings: &[VringRwLock],
@@ -780,7 +769,7 @@ mod tests {
         let used_idx = GuestAddress(queue.used_ring + 2);
         let (mut notified, mut turns_after_first) = (0u64, 0u32);
         let mut late_turns = 0u32;
-        c.complete_due_watching(std::slice::from_ref(&queue.vring), false, None, &mut || {
+        c.signal_due_watching(std::slice::from_ref(&queue.vring), false, &mut || {
             if let Ok(n) = call.read() {
                 notified += n;
             }

@@ -11,7 +11,7 @@ use super::request::*;
 use super::target::{CardTarget, DriverPolicy};
 use crate::testing::{guest_memory, handle_event, mem_card, model, GuestQueue};
 use emmc_card::model::{DeviceModel, TimingModel};
-use emmc_card::store::{MemStore, Store};
+use emmc_card::store::{ImageLayout, MemStore, Store, StoreError};
 use emmc_card::timing::Nanos;
 use emmc_card::Card;
 use emmc_host::iosched::Elevator;
@@ -1164,15 +1164,15 @@ impl HoldingStore {
     }
 }
 
-impl emmc_card::store::Store for HoldingStore {
-    fn layout(&self) -> emmc_card::store::ImageLayout {
+impl Store for HoldingStore {
+    fn layout(&self) -> ImageLayout {
         self.inner.layout()
     }
-    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), emmc_card::store::StoreError> {
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
         self.settle();
         self.inner.read_at(offset, buf)
     }
-    fn write_at(&mut self, offset: u64, buf: &[u8]) -> Result<(), emmc_card::store::StoreError> {
+    fn write_at(&mut self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
         self.held.push((offset, buf.to_vec()));
         Ok(())
     }
@@ -1183,23 +1183,18 @@ impl emmc_card::store::Store for HoldingStore {
         }
         self.settle();
     }
-    fn fill(
-        &mut self,
-        offset: u64,
-        len: u64,
-        byte: u8,
-    ) -> Result<(), emmc_card::store::StoreError> {
+    fn fill(&mut self, offset: u64, len: u64, byte: u8) -> Result<(), StoreError> {
         self.settle();
         self.inner.fill(offset, len, byte)
     }
-    fn sync(&mut self) -> Result<(), emmc_card::store::StoreError> {
+    fn sync(&mut self) -> Result<(), StoreError> {
         self.settle();
         self.inner.sync()
     }
     fn load_card_state(&self) -> Option<toml::Table> {
         self.inner.load_card_state()
     }
-    fn save_card_state(&mut self, state: &toml::Table) -> Result<(), emmc_card::store::StoreError> {
+    fn save_card_state(&mut self, state: &toml::Table) -> Result<(), StoreError> {
         self.inner.save_card_state(state)
     }
 }
