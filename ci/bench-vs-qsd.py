@@ -17,7 +17,10 @@ model computed for each request (from `serve --trace`) against the latency the c
 measured (blkbench --latency-out), request by request at QD1 and as distributions at QD8
 (where completions reorder); once with a client that busy-polls for
 completions (the daemon's own precision) and once with one that sleeps (what a client
-that waits on the call fd sees, wake-up latency included).
+that waits on the call fd sees, wake-up latency included). For the sleeping client the
+machine's own wake-up is measured beside each row with no daemon (blkbench
+--wake-probe-us) after the timing-off sleep and after the paced one, and what pacing adds
+is also given without its growth: the part a daemon could still take out.
 
 Usage: ci/bench-vs-qsd.py [--seconds S] [--rounds N] [--rt-seconds S] [--only peer|realtime]
                           [--jobs JOB,...] [--client-polls] [--serve-args "--spin-max-us 150 ..."]
@@ -141,6 +144,14 @@ def blkbench(sock, label, job, seconds, latency_out=None, poll=False):
     return json.loads(out.strip().splitlines()[-1])
 
 
+def wake_probe(gaps_us, seconds):
+    """The machine's wake-up after sleeping each gap, with no daemon (blkbench)."""
+    cmd = [BLKBENCH, "--seconds", str(seconds),
+           "--wake-probe-us", ",".join(f"{g:.1f}" for g in gaps_us)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return [json.loads(line) for line in out.strip().splitlines()]
+
+
 def run_one(backend, job, seconds, **kw):
     backend.start()
     try:
@@ -248,13 +259,18 @@ def table_realtime(args, image, sock, workdir):
                  "measured p50/p99 µs", "difference p50 / p99 / max µs",
                  "abs. difference p99 µs", "daemon lateness p99 µs", "timer wake-up p99 µs",
                  "spin margin µs", "timing-off round trip p50/p99 µs",
-                 "pacing adds p50 / p99 µs"]),
-        fmt_row(["---"] * 12),
+                 "pacing adds p50 / p99 µs", "machine's wake-up, off → paced sleep, p50 / p99 µs",
+                 "pacing adds beyond the machine's wake-up p50 / p99 µs"]),
+        fmt_row(["---"] * 14),
     ]
     worst = {}
     # Issue 16's measure: what pacing adds to the same client's timing-off round trip
-    # (difference minus round trip, at p50 and at p99), the worst row per client.
+    # (difference minus round trip, at p50 and at p99), the worst row per client; for a
+    # sleeping client also what is left of it beyond the machine's own wake-up.
     adds_worst = {}
+    # The polling client's timing-off round trip per job: how long the sleeping client
+    # sleeps with `--timing off` (the daemon's turnaround, without the client's wake-up).
+    turnaround = {}
     for job, poll in [(j, p) for j in args.rt_jobs for p in (True, False)]:
         client = "polls" if poll else "sleeps"
         trace = os.path.join(workdir, "serve.trace")
@@ -299,6 +315,27 @@ def table_realtime(args, image, sock, workdir):
         kind = client.split()[0]
         worst[kind] = max(worst.get(kind, 0.0), p99_abs / 1000)
         adds = (p50 / 1000 - rt["p50_us"], p99 / 1000 - rt["p99_us"])
+        machine, beyond = "", ""
+        if poll:
+            turnaround[job] = rt["p50_us"]
+        elif job in turnaround:
+            # A sleeping client wakes more slowly after pacing's longer sleeps, and that
+            # is the machine's (ci/machine-jitter.py; blkbench --wake-probe-us): measure
+            # the wake-up with no daemon at both sleeps, take its growth off what pacing
+            # adds. Paced, the client sleeps from one completion to the next: the
+            # modelled latency over the queue depth.
+            qd = int(job.rsplit(":", 1)[1])
+            sleeps = (turnaround[job], quantile(modelled, 0.5) / 1000 / qd)
+            off_wake, paced_wake = wake_probe(sleeps, max(1.0, args.rt_seconds / 2))
+            grows = (paced_wake["p50_us"] - off_wake["p50_us"],
+                     paced_wake["p99_us"] - off_wake["p99_us"])
+            machine = (f"{off_wake['p50_us']:.1f} → {paced_wake['p50_us']:.1f} / "
+                       f"{off_wake['p99_us']:.1f} → {paced_wake['p99_us']:.1f} "
+                       f"(slept {sleeps[0]:.0f} → {sleeps[1]:.0f})")
+            left = (adds[0] - grows[0], adds[1] - grows[1])
+            beyond = f"{left[0]:.1f} / {left[1]:.1f}"
+            b50, b99 = adds_worst.get("beyond", ((float("-inf"), ""), (float("-inf"), "")))
+            adds_worst["beyond"] = (max(b50, (left[0], job)), max(b99, (left[1], job)))
         w50, w99 = adds_worst.get(kind, ((float("-inf"), ""), (float("-inf"), "")))
         adds_worst[kind] = (max(w50, (adds[0], job)), max(w99, (adds[1], job)))
         lines.append(fmt_row([
@@ -307,7 +344,7 @@ def table_realtime(args, image, sock, workdir):
             f"{us(quantile(measured, 0.5))} / {us(quantile(measured, 0.99))}",
             f"{us(p50)} / {us(p99)} / {us(top)}",
             us(p99_abs), lateness, wake, margin, round_trip,
-            f"{adds[0]:.1f} / {adds[1]:.1f}",
+            f"{adds[0]:.1f} / {adds[1]:.1f}", machine, beyond,
         ]))
         log(f"realtime {job} ({client}): {len(measured)} requests, |diff| p99 {us(p99_abs)} us")
     return lines, (worst, adds_worst)
@@ -407,10 +444,16 @@ def main():
               "signalled completions past their due time, timer wake-up = how late its "
               "pacing timer woke it, spin margin = how early the timer was set at the end "
               "(its own log), timing-off round trip = the same client and job against the "
-              "same card with `--timing off`.\n")
+              "same card with `--timing off`; machine's wake-up = how long this machine "
+              "takes to wake a process that slept on an eventfd, with no daemon "
+              "(`blkbench --wake-probe-us`), after the sleep of the timing-off round trip "
+              "(the polling client's) and after the paced sleep (modelled p50 / QD), in "
+              "one run with the row; its growth is taken off what pacing adds. p99s are "
+              "subtracted as quantiles, so that column's p99 is an estimate.\n")
         print("\n".join(t2))
         worst, adds = worst
-        for kind, name in (("polls", "a polling client"), ("sleeps", "a sleeping client")):
+        for kind, name in (("polls", "a polling client"), ("sleeps", "a sleeping client"),
+                           ("beyond", "a sleeping client, beyond the machine's wake-up")):
             if kind not in adds:
                 continue
             (a50, j50), (a99, j99) = adds[kind]

@@ -10,6 +10,11 @@
 //! With `--latency-out`, every completion latency of the first job is written one per
 //! line in nanoseconds, in completion order, so that it can be compared request by request
 //! with the latency the daemon modelled (`serve --latency-log`).
+//!
+//! ```text
+//! blkbench --wake-probe-us GAP,... [--seconds S]
+//! ```
+//! measures the machine's own wake-up instead, with no backend: see [`wake`].
 
 use std::io::Write as _;
 use std::mem::MaybeUninit;
@@ -21,6 +26,8 @@ use blkio::{Blkio, Blkioq, Completion, ReqFlags};
 use clap::Parser;
 use emmc_card::timing::prng::Prng;
 
+mod wake;
+
 #[derive(Debug, thiserror::Error)]
 enum Error {
     #[error("libblkio: {0}")]
@@ -29,6 +36,8 @@ enum Error {
     Request { job: String, ret: i32 },
     #[error("{0}: {1}")]
     Io(PathBuf, std::io::Error),
+    #[error("wake-up probe: {0}")]
+    Wake(std::io::Error),
 }
 
 impl From<blkio::Error> for Error {
@@ -96,8 +105,8 @@ impl FromStr for Job {
 #[command(about = "Benchmark a vhost-user-blk backend through libblkio")]
 struct Args {
     /// The backend's vhost-user socket.
-    #[arg(long)]
-    socket: PathBuf,
+    #[arg(long, required_unless_present_any = ["wake_probe_us", "wake_signaller"])]
+    socket: Option<PathBuf>,
     /// Name of the backend in the output.
     #[arg(long, default_value = "backend")]
     label: String,
@@ -114,9 +123,26 @@ struct Args {
     /// client's own wake-up latency stays out of the measurement.
     #[arg(long)]
     poll: bool,
+    /// Instead of jobs: measure how long this machine takes to wake a process that slept
+    /// on an eventfd for each of these gaps (µs, separated by commas), for `--seconds`
+    /// each, with no backend involved; one JSON object per gap.
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["socket", "jobs"])]
+    wake_probe_us: Vec<f64>,
+    /// The probe's signalling process (started by `--wake-probe-us` itself).
+    #[arg(long, hide = true)]
+    wake_signaller: Option<String>,
     /// Jobs, KIND:BLOCKSIZE:QD, run in order.
-    #[arg(required = true)]
+    #[arg(required_unless_present_any = ["wake_probe_us", "wake_signaller"])]
     jobs: Vec<Job>,
+}
+
+#[derive(serde::Serialize)]
+struct WakeResult {
+    wake_gap_us: f64,
+    wakeups: u64,
+    p50_us: f64,
+    p99_us: f64,
+    max_us: f64,
 }
 
 #[derive(serde::Serialize)]
@@ -142,15 +168,58 @@ fn quantile_us(sorted: &[u64], q: f64) -> f64 {
 
 fn main() {
     let args = Args::parse();
-    if let Err(e) = run(&args) {
+    if let Some(spec) = &args.wake_signaller {
+        if let Err(e) = wake::signaller(spec) {
+            eprintln!("blkbench: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    let result = if args.wake_probe_us.is_empty() {
+        run(&args)
+    } else {
+        run_wake_probe(&args)
+    };
+    if let Err(e) = result {
         eprintln!("blkbench: {e}");
         std::process::exit(1);
     }
 }
 
+fn print_json(value: &impl serde::Serialize) -> Result<(), Error> {
+    let line = serde_json::to_string(value).expect("plain numbers and strings serialise");
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}").map_err(|e| Error::Io("stdout".into(), e))
+}
+
+fn run_wake_probe(args: &Args) -> Result<(), Error> {
+    for &gap_us in &args.wake_probe_us {
+        if !(gap_us.is_finite() && gap_us >= 0.0) {
+            return Err(Error::Wake(std::io::Error::other(format!(
+                "gap {gap_us} µs is not a duration"
+            ))));
+        }
+        let gap = Duration::from_secs_f64(gap_us / 1e6);
+        let mut late = wake::probe(gap, args.seconds).map_err(Error::Wake)?;
+        late.sort_unstable();
+        print_json(&WakeResult {
+            wake_gap_us: gap_us,
+            wakeups: late.len() as u64,
+            p50_us: quantile_us(&late, 0.5),
+            p99_us: quantile_us(&late, 0.99),
+            max_us: late.last().copied().unwrap_or(0) as f64 / 1000.0,
+        })?;
+    }
+    Ok(())
+}
+
 fn run(args: &Args) -> Result<(), Error> {
+    let socket = args
+        .socket
+        .as_ref()
+        .expect("clap requires --socket with jobs");
     let mut b = Blkio::new("virtio-blk-vhost-user")?;
-    b.set_str("path", &args.socket.to_string_lossy())?;
+    b.set_str("path", &socket.to_string_lossy())?;
     b.connect()?;
     b.set_i32("num-queues", 1)?;
     let capacity = b.get_u64("capacity")? as usize;
@@ -188,9 +257,7 @@ fn run(args: &Args) -> Result<(), Error> {
             p99_us: quantile_us(&sorted, 0.99),
             max_us: sorted.last().copied().unwrap_or(0) as f64 / 1000.0,
         };
-        let line = serde_json::to_string(&r).expect("plain numbers and strings serialise");
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "{line}").map_err(|e| Error::Io("stdout".into(), e))?;
+        print_json(&r)?;
     }
     Ok(())
 }
