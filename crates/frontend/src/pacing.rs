@@ -473,18 +473,24 @@ pub enum Polled {
 /// The poll window of both transports: with nothing pending, spin for up to `window`
 /// looking for the next request (`look` checks the rings and takes what it finds); each
 /// find restarts the window, a pending completion ends it.
-pub fn poll_window(
+pub fn poll_window(window: Duration, look: impl FnMut() -> io::Result<Polled>) -> io::Result<()> {
+    poll_window_on(Instant::now, window, look)
+}
+
+/// [`poll_window`] on the clock `now` (the tests give it one that they step).
+fn poll_window_on(
+    mut now: impl FnMut() -> Instant,
     window: Duration,
     mut look: impl FnMut() -> io::Result<Polled>,
 ) -> io::Result<()> {
     if window.is_zero() {
         return Ok(());
     }
-    let mut deadline = Instant::now() + window;
-    while Instant::now() < deadline {
+    let mut deadline = now() + window;
+    while now() < deadline {
         match look()? {
             Polled::Done => break,
-            Polled::Took => deadline = Instant::now() + window,
+            Polled::Took => deadline = now() + window,
             Polled::Nothing => std::hint::spin_loop(),
         }
     }
@@ -575,35 +581,63 @@ impl SpinMargin {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::Cell;
+
+    /// A clock that moves 1 ms on each reading, from `start`, so that the window's
+    /// arithmetic is tested without depending on how the machine schedules the test.
+    fn stepping_clock(start: Instant) -> (impl FnMut() -> Instant, std::rc::Rc<Cell<u32>>) {
+        let ticks = std::rc::Rc::new(Cell::new(0u32));
+        let t = std::rc::Rc::clone(&ticks);
+        let clock = move || {
+            t.set(t.get() + 1);
+            start + Duration::from_millis(u64::from(t.get()))
+        };
+        (clock, ticks)
+    }
 
     #[test]
     fn the_poll_window_restarts_on_each_find_and_ends_at_a_completion() {
-        // A zero window never looks.
-        poll_window(Duration::ZERO, || panic!("looked")).unwrap();
-        // Nothing found: it gives up after the window.
         let start = Instant::now();
+        // A zero window never looks.
+        poll_window_on(Instant::now, Duration::ZERO, || panic!("looked")).unwrap();
+        // Nothing found: it gives up once the window has passed. The deadline is read at
+        // 1 ms (21 ms), then each turn reads the clock once and looks once: the readings
+        // at 2..=20 ms are before it.
+        let (clock, ticks) = stepping_clock(start);
         let mut looks = 0;
-        poll_window(Duration::from_millis(20), || {
+        poll_window_on(clock, Duration::from_millis(20), || {
             looks += 1;
             Ok(Polled::Nothing)
         })
         .unwrap();
-        assert!(start.elapsed() >= Duration::from_millis(20) && looks > 1);
-        // A find every 10 ms, three times, keeps a 15 ms window open past 30 ms.
-        let start = Instant::now();
+        assert_eq!(looks, 19);
+        assert_eq!(ticks.get(), 21);
+        // A find every 10 ms, three times, keeps a 15 ms window open 15 ms past the last.
+        let (mut clock, ticks) = stepping_clock(start);
+        let now = Cell::new(start);
         let mut finds = 0;
-        let mut last = Instant::now();
-        poll_window(Duration::from_millis(15), || {
-            if finds < 3 && last.elapsed() >= Duration::from_millis(10) {
-                finds += 1;
-                last = Instant::now();
-                return Ok(Polled::Took);
-            }
-            Ok(Polled::Nothing)
-        })
+        let mut last = start;
+        poll_window_on(
+            || {
+                now.set(clock());
+                now.get()
+            },
+            Duration::from_millis(15),
+            || {
+                if finds < 3 && now.get() - last >= Duration::from_millis(10) {
+                    finds += 1;
+                    last = now.get();
+                    return Ok(Polled::Took);
+                }
+                Ok(Polled::Nothing)
+            },
+        )
         .unwrap();
         assert_eq!(finds, 3);
-        assert!(start.elapsed() >= Duration::from_millis(45));
+        // Finds at the readings of 10, 20 and 30 ms; each restarts the window from the
+        // next reading, the third from 31 ms to 46 ms, and the reading at 46 ms ends it.
+        assert_eq!(last - start, Duration::from_millis(30));
+        assert_eq!(ticks.get(), 46);
         // A completion ends it at once; an error comes back.
         let mut looks = 0;
         poll_window(Duration::from_secs(60), || {
