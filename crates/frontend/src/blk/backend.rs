@@ -412,11 +412,40 @@ impl Inner {
                         std::hint::spin_loop();
                     }
                 }
+                Some((_, t)) if t <= Instant::now() + 2 * self.completions.spin() => {
+                    // The timer would fire in less than the margin, a wait shorter than
+                    // a wake-up is allowed to take: the thread would sleep through the
+                    // client's next request and take it only as late as it wakes (at
+                    // QD8 with a client that sleeps, 72 µs after the completion that
+                    // freed its slot instead of 30: docs/performance.md, issue 16's
+                    // twelfth session). Spin instead, watching the ring, until the
+                    // card's event is within the margin (the next round spins it out),
+                    // or until a request is seen: then the loop takes it at once.
+                    if self.spin_watching_until(vring, t - self.completions.spin()) {
+                        return self.complete_due(vring, Some(t));
+                    }
+                }
                 other => return self.complete_due(vring, other.map(|(_, t)| t)),
             }
         }
         log::warn!("the card kept asking to run again at once; yielding to the event loop");
         self.complete_due(vring, Some(Instant::now()))
+    }
+
+    /// Spin until `until`, watching the avail ring; stop early (`true`) once a look has
+    /// seen requests, which the event loop then takes.
+    fn spin_watching_until(&mut self, vring: &VringRwLock, until: Instant) -> bool {
+        let mem = self.mem.as_ref().map(GuestMemoryAtomic::memory);
+        while Instant::now() < until {
+            if let Some(mem) = &mem {
+                self.watch.look(vring, &**mem);
+            }
+            if self.watch.base().is_some() {
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+        self.watch.base().is_some()
     }
 
     /// Requests the card finished: status byte, trace, and a completion due at their card

@@ -747,6 +747,88 @@ fn a_request_made_available_during_a_spin_arrives_when_the_spin_saw_it() {
     assert!(read_arrival > write_arrival, "{rows:?}");
 }
 
+/// When the card's next event is less than two spin margins away, the timer would fire in
+/// less than a margin: the device thread spins instead of sleeping, so that it sees the
+/// driver's next request when it is made available (not when a late wake-up lets it look),
+/// and goes back to the event loop to take it.
+#[test]
+fn a_wait_shorter_than_the_margin_is_spun_and_ends_at_a_request() {
+    // A 200 ms program and a 150 ms margin: the timer would fire 50 ms after the kick.
+    let mut m = model(200_000_000);
+    m.ext_csd.cache_size = 0;
+    let mut rig = Rig::new(m, Pacing::Realtime { scale: 1.0 });
+    let margin = Duration::from_millis(150);
+    rig.backend.set_spin(margin, margin);
+    let dir = tempfile::tempdir().unwrap();
+    let path = rig.trace_into(dir.path());
+
+    // Alone, the write's kick spins through the wait and the margin, and returns with the
+    // write completed.
+    rig.write_header(HDR, VIRTIO_BLK_T_OUT, 0);
+    rig.push(&[(HDR, 16, false), (DATA, 4096, false), (STATUS, 1, true)]);
+    let kicked = Instant::now();
+    rig.kick();
+    assert!(
+        kicked.elapsed() >= Duration::from_millis(200),
+        "the kick returned after {:?}, before the program's end",
+        kicked.elapsed()
+    );
+    assert_eq!(rig.used().len(), 1, "the write completed within the kick");
+
+    // A second write, and a read the driver makes available 20 ms later: the kick ends
+    // when the spin sees the read, before the write completes.
+    rig.write_header(HDR, VIRTIO_BLK_T_OUT, 64);
+    rig.push(&[(HDR, 16, false), (DATA, 4096, false), (STATUS, 1, true)]);
+    let hdr2 = HDR + 0x100;
+    rig.write_header(hdr2, VIRTIO_BLK_T_IN, 128);
+    rig.stage(&[
+        (hdr2, 16, false),
+        (DATA + 0x10_0000, 4096, true),
+        (STATUS + 1, 1, true),
+    ]);
+    let publish = rig.queue.publisher();
+    let driver = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        publish();
+        Instant::now()
+    });
+    let kicked = Instant::now();
+    rig.kick();
+    let returned = kicked.elapsed();
+    let published = driver.join().unwrap().duration_since(kicked);
+    assert!(
+        returned >= published,
+        "the kick returned after {returned:?}, before the read was made available \
+         ({published:?}): it slept instead of spinning"
+    );
+    assert!(
+        rig.used().is_empty(),
+        "the kick returned at the read, before the write's completion"
+    );
+    // The driver's kick comes late; the read still arrived when the spin saw it.
+    std::thread::sleep(Duration::from_millis(120));
+    let taken = kicked.elapsed();
+    rig.kick();
+    let t0 = Instant::now();
+    let mut done = 0;
+    while done < 2 {
+        assert!(t0.elapsed() < Duration::from_secs(5), "never completed");
+        std::thread::sleep(Duration::from_millis(1));
+        rig.tick();
+        done += rig.used().len();
+    }
+    rig.backend.shutdown();
+    let rows = trace_rows(&path);
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    let (write_arrival, read_arrival) = (rows[1][0], rows[2][0]);
+    let after = Duration::from_nanos(read_arrival - write_arrival);
+    assert!(
+        after < taken - Duration::from_millis(10),
+        "the read arrived {after:?} after the write, as late as it was taken ({taken:?}): \
+         {rows:?}"
+    );
+}
+
 /// A target on an in-memory card of `m`, outside any backend, with 1 MiB of guest memory
 /// holding `len` bytes of `fill` at 0x1000.
 fn bare_target(
