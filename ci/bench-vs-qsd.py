@@ -257,7 +257,7 @@ def table_realtime(args, image, sock, workdir):
     lines = [
         fmt_row(["job (generic-emmc45)", "client", "requests", "modelled p50/p99 µs",
                  "measured p50/p99 µs", "difference p50 / p99 / max µs",
-                 "abs. difference p99 µs", "daemon lateness p99 µs", "timer wake-up p99 µs",
+                 "abs. difference p99 µs", "daemon lateness p50 / p99 µs", "timer wake-up p99 µs",
                  "spin margin µs", "timing-off round trip p50/p99 µs",
                  "pacing adds p50 / p99 µs", "machine's wake-up, off → paced sleep, p50 / p99 µs",
                  "pacing adds beyond the machine's wake-up p50 / p99 µs"]),
@@ -287,11 +287,12 @@ def table_realtime(args, image, sock, workdir):
         lateness, wake, margin = "?", "?", "?"
         with open(serve_log) as f:
             for line in f:
-                m = re.search(r"session: .*?lateness p50 [0-9.]+ µs, p99 ([0-9.]+) µs.*?"
+                m = re.search(r"session: .*?lateness (p50 [0-9.]+ µs, p99 [0-9.]+) µs.*?"
                               r"wake-ups late p50 [0-9.]+ µs, p99 ([0-9.]+) µs; "
                               r"spin margin ([0-9]+) µs", line)
                 if m:
                     lateness, wake, margin = m.groups()
+                    lateness = re.sub(r"p50 ([0-9.]+) µs, p99 ", r"\1 / ", lateness)
         modelled = read_trace_latencies(trace)
         with open(measured_path) as f:
             measured = [int(x) for x in f]
