@@ -43,13 +43,11 @@ fn the_wake_probe_reports_one_distribution_per_gap() {
     for (line, gap) in lines.iter().zip([20.0, 500.0]) {
         assert_eq!(line["wake_gap_us"], gap);
         let n = line["wakeups"].as_u64().unwrap();
-        // Each wake-up takes at least the gap: 0.3 s holds at most 0.3 s / gap of them,
-        // and a working probe gets well over a tenth of that even on a slow machine.
+        // Each wake-up takes at least the gap: 0.3 s holds at most 0.3 s / gap of them.
+        // How many fewer depends on the machine (703 of 15000 at 20 µs, on a day when
+        // its wake-ups took hundreds of microseconds), but a working probe gets dozens.
         let most = (0.3e6 / gap) as u64;
-        assert!(
-            n <= most && n >= most / 10,
-            "{n} wake-ups after {gap} µs gaps"
-        );
+        assert!(n <= most && n >= 10, "{n} wake-ups after {gap} µs gaps");
         let (p50, p99, max) = (
             line["p50_us"].as_f64().unwrap(),
             line["p99_us"].as_f64().unwrap(),
@@ -59,22 +57,20 @@ fn the_wake_probe_reports_one_distribution_per_gap() {
     }
 }
 
+/// blkbench with `args` fails, and says something containing `says`.
+fn fails_saying(args: &[&str], says: &str) {
+    let out = blkbench(args, Duration::from_secs(30));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{args:?} succeeded");
+    assert!(stderr.contains(says), "{args:?}: {stderr}");
+}
+
 #[test]
 fn a_probe_needs_gaps_that_are_durations_and_jobs_need_a_socket() {
-    let out = blkbench(&["--wake-probe-us=-5"], Duration::from_secs(30));
-    assert!(!out.status.success());
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("is not a duration"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    fails_saying(&["--wake-probe-us=-5"], "is not a duration");
+    fails_saying(&["randread:4k:1"], "--socket");
+    fails_saying(
+        &["--wake-signaller", "1,2"],
+        "expected READY_FD,GO_FD,GAP_NS,SECONDS",
     );
-    let out = blkbench(&["randread:4k:1"], Duration::from_secs(30));
-    assert!(!out.status.success());
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("--socket"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = blkbench(&["--wake-signaller", "1,2"], Duration::from_secs(30));
-    assert!(!out.status.success());
 }

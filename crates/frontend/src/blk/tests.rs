@@ -87,6 +87,22 @@ impl Rig {
         self.queue.used()
     }
 
+    /// Let the pacing timer fire every millisecond until `n` more requests have
+    /// completed; fails the test if that takes longer than `limit`.
+    fn wait_used(&mut self, n: usize, limit: Duration) {
+        let start = Instant::now();
+        let mut done = 0;
+        while done < n {
+            assert!(
+                start.elapsed() < limit,
+                "{done} of {n} completed in {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+            self.tick();
+            done += self.used().len();
+        }
+    }
+
     fn write_header(&self, at: u64, kind: u32, sector: u64) {
         let mut h = [0u8; 16];
         h[0..4].copy_from_slice(&kind.to_le_bytes());
@@ -605,13 +621,7 @@ fn in_real_time_requests_arriving_while_the_card_is_busy_queue_behind_it() {
         ]);
         rig.kick();
     }
-    let mut done = 0;
-    while done < 4 {
-        assert!(start.elapsed() < Duration::from_secs(10), "never completed");
-        std::thread::sleep(Duration::from_millis(1));
-        rig.tick();
-        done += rig.used().len();
-    }
+    rig.wait_used(4, Duration::from_secs(10));
     let (packed, requests) = rig.backend.with_target(|t| {
         let s = t.driver().stats();
         (s.packed_writes, s.mmc_requests)
@@ -682,6 +692,40 @@ fn in_real_time_a_request_never_starts_before_it_arrived() {
     );
 }
 
+/// A paced rig whose card takes 200 ms per 4 KiB program (no cache), with a fixed spin
+/// margin and a trace in the returned directory.
+fn slow_program_rig(margin: Duration) -> (Rig, tempfile::TempDir, std::path::PathBuf) {
+    let mut m = model(200_000_000);
+    m.ext_csd.cache_size = 0;
+    let rig = Rig::new(m, Pacing::Realtime { scale: 1.0 });
+    rig.backend.set_spin(margin, margin);
+    let dir = tempfile::tempdir().unwrap();
+    let path = rig.trace_into(dir.path());
+    (rig, dir, path)
+}
+
+/// Stage a 4 KiB read of `sector`, not yet available: the returned thread (the driver)
+/// makes it available after `after` and returns when it did.
+fn read_made_available_after(
+    rig: &mut Rig,
+    sector: u64,
+    after: Duration,
+) -> std::thread::JoinHandle<Instant> {
+    let hdr = HDR + 0x100;
+    rig.write_header(hdr, VIRTIO_BLK_T_IN, sector);
+    rig.stage(&[
+        (hdr, 16, false),
+        (DATA + 0x10_0000, 4096, true),
+        (STATUS + 1, 1, true),
+    ]);
+    let publish = rig.queue.publisher();
+    std::thread::spawn(move || {
+        std::thread::sleep(after);
+        publish();
+        Instant::now()
+    })
+}
+
 /// A request the driver makes available while the device thread spins toward a
 /// completion (and so does not take it) arrives, for the card model and the trace, when
 /// the spin first saw it, not when the spin ended and the request was taken.
@@ -689,29 +733,12 @@ fn in_real_time_a_request_never_starts_before_it_arrived() {
 fn a_request_made_available_during_a_spin_arrives_when_the_spin_saw_it() {
     // A 200 ms program, and a spin margin longer than that: the kick that submits the
     // write spins until its completion is signalled.
-    let mut m = model(200_000_000);
-    m.ext_csd.cache_size = 0;
-    let mut rig = Rig::new(m, Pacing::Realtime { scale: 1.0 });
-    let margin = Duration::from_millis(300);
-    rig.backend.set_spin(margin, margin);
-    let dir = tempfile::tempdir().unwrap();
-    let path = rig.trace_into(dir.path());
+    let (mut rig, _dir, path) = slow_program_rig(Duration::from_millis(300));
     rig.write_header(HDR, VIRTIO_BLK_T_OUT, 0);
     rig.push(&[(HDR, 16, false), (DATA, 4096, false), (STATUS, 1, true)]);
-    // The read, staged but not yet available; the driver publishes it shortly after
-    // the kick, while the write programs.
-    let hdr2 = HDR + 0x100;
-    rig.write_header(hdr2, VIRTIO_BLK_T_IN, 64);
-    rig.stage(&[
-        (hdr2, 16, false),
-        (DATA + 0x10_0000, 4096, true),
-        (STATUS + 1, 1, true),
-    ]);
-    let publish = rig.queue.publisher();
-    let driver = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(20));
-        publish();
-    });
+    // The read; the driver makes it available shortly after the kick, while the write
+    // programs.
+    let driver = read_made_available_after(&mut rig, 64, Duration::from_millis(20));
     let kicked = Instant::now();
     rig.kick();
     assert_eq!(
@@ -754,13 +781,7 @@ fn a_request_made_available_during_a_spin_arrives_when_the_spin_saw_it() {
 #[test]
 fn a_wait_shorter_than_the_margin_is_spun_and_ends_at_a_request() {
     // A 200 ms program and a 150 ms margin: the timer would fire 50 ms after the kick.
-    let mut m = model(200_000_000);
-    m.ext_csd.cache_size = 0;
-    let mut rig = Rig::new(m, Pacing::Realtime { scale: 1.0 });
-    let margin = Duration::from_millis(150);
-    rig.backend.set_spin(margin, margin);
-    let dir = tempfile::tempdir().unwrap();
-    let path = rig.trace_into(dir.path());
+    let (mut rig, _dir, path) = slow_program_rig(Duration::from_millis(150));
 
     // Alone, the write's kick spins through the wait and the margin, and returns with the
     // write completed.
@@ -779,19 +800,7 @@ fn a_wait_shorter_than_the_margin_is_spun_and_ends_at_a_request() {
     // when the spin sees the read, before the write completes.
     rig.write_header(HDR, VIRTIO_BLK_T_OUT, 64);
     rig.push(&[(HDR, 16, false), (DATA, 4096, false), (STATUS, 1, true)]);
-    let hdr2 = HDR + 0x100;
-    rig.write_header(hdr2, VIRTIO_BLK_T_IN, 128);
-    rig.stage(&[
-        (hdr2, 16, false),
-        (DATA + 0x10_0000, 4096, true),
-        (STATUS + 1, 1, true),
-    ]);
-    let publish = rig.queue.publisher();
-    let driver = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(20));
-        publish();
-        Instant::now()
-    });
+    let driver = read_made_available_after(&mut rig, 128, Duration::from_millis(20));
     let kicked = Instant::now();
     rig.kick();
     let returned = kicked.elapsed();
@@ -809,14 +818,7 @@ fn a_wait_shorter_than_the_margin_is_spun_and_ends_at_a_request() {
     std::thread::sleep(Duration::from_millis(120));
     let taken = kicked.elapsed();
     rig.kick();
-    let t0 = Instant::now();
-    let mut done = 0;
-    while done < 2 {
-        assert!(t0.elapsed() < Duration::from_secs(5), "never completed");
-        std::thread::sleep(Duration::from_millis(1));
-        rig.tick();
-        done += rig.used().len();
-    }
+    rig.wait_used(2, Duration::from_secs(5));
     rig.backend.shutdown();
     let rows = trace_rows(&path);
     assert_eq!(rows.len(), 3, "{rows:?}");
