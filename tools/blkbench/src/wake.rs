@@ -70,18 +70,24 @@ fn read_u64(fd: RawFd) -> std::io::Result<Option<u64>> {
     }
 }
 
-/// Sleep until `fd` is readable, as libblkio's `wait_for_completion_fd` does.
-fn ppoll_in(fd: RawFd) -> std::io::Result<()> {
+/// Sleep until `fd` is readable, as libblkio's `wait_for_completion_fd` does; `false`
+/// if a second passed first (the signaller may have died).
+fn ppoll_in(fd: RawFd) -> std::io::Result<bool> {
     let mut pfd = libc::pollfd {
         fd,
         events: libc::POLLIN,
         revents: 0,
     };
+    let second = libc::timespec {
+        tv_sec: 1,
+        tv_nsec: 0,
+    };
     loop {
-        // SAFETY: one valid pollfd; no timeout and no signal mask (null pointers).
-        let ret = unsafe { libc::ppoll(&mut pfd, 1, std::ptr::null(), std::ptr::null()) };
-        if ret > 0 {
-            return Ok(());
+        // SAFETY: one valid pollfd and a valid timespec, both living across the call; no
+        // signal mask (null).
+        let ret = unsafe { libc::ppoll(&mut pfd, 1, &second, std::ptr::null()) };
+        if ret >= 0 {
+            return Ok(ret > 0);
         }
         let e = std::io::Error::last_os_error();
         if e.kind() != std::io::ErrorKind::Interrupted {
@@ -109,7 +115,14 @@ pub fn probe(gap: Duration, seconds: f64) -> std::io::Result<Vec<u64>> {
     let mut late = Vec::with_capacity((seconds * 1e6 / (gap.as_micros() as f64 + 20.0)) as usize);
     loop {
         write_u64(ready.as_raw_fd(), 1)?;
-        ppoll_in(go.as_raw_fd())?;
+        while !ppoll_in(go.as_raw_fd())? {
+            // No signal for a second: a signaller that has gone would leave us here.
+            if let Some(status) = child.try_wait()? {
+                return Err(std::io::Error::other(format!(
+                    "the signaller exited with {status} before it finished"
+                )));
+            }
+        }
         let woke = monotonic_ns();
         match read_u64(go.as_raw_fd())? {
             Some(STOP) => break,
