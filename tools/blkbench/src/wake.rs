@@ -15,9 +15,12 @@
 //! sleep, spins for the gap, and writes the current `CLOCK_MONOTONIC` time into the
 //! eventfd. The waiter reads that time back as the eventfd's value, so no memory is shared.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::io::ErrorKind;
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::process::{Command, Stdio};
 use std::time::Duration;
+
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 /// The value the signaller writes to say it has finished (no real timestamp is 1 ns).
 const STOP: u64 = 1;
@@ -31,43 +34,6 @@ fn monotonic_ns() -> u64 {
     // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// A new eventfd that a child process inherits (no `EFD_CLOEXEC`).
-fn eventfd(flags: libc::c_int) -> std::io::Result<OwnedFd> {
-    // SAFETY: eventfd takes no pointers; a non-negative return is a new descriptor.
-    let fd = unsafe { libc::eventfd(0, flags) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just returned by eventfd and nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-fn write_u64(fd: RawFd, value: u64) -> std::io::Result<()> {
-    let bytes = value.to_ne_bytes();
-    // SAFETY: `bytes` is 8 readable bytes, as an eventfd write needs.
-    let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
-    if n != 8 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// Read an eventfd's value; `None` if it is non-blocking and has none.
-fn read_u64(fd: RawFd) -> std::io::Result<Option<u64>> {
-    let mut bytes = [0u8; 8];
-    // SAFETY: `bytes` is 8 writable bytes, as an eventfd read needs.
-    let n = unsafe { libc::read(fd, bytes.as_mut_ptr().cast(), bytes.len()) };
-    if n == 8 {
-        return Ok(Some(u64::from_ne_bytes(bytes)));
-    }
-    let e = std::io::Error::last_os_error();
-    if e.kind() == std::io::ErrorKind::WouldBlock {
-        Ok(None)
-    } else {
-        Err(e)
-    }
 }
 
 /// Sleep until `fd` is readable, as libblkio's `wait_for_completion_fd` does; `false`
@@ -90,7 +56,7 @@ fn ppoll_in(fd: RawFd) -> std::io::Result<bool> {
             return Ok(ret > 0);
         }
         let e = std::io::Error::last_os_error();
-        if e.kind() != std::io::ErrorKind::Interrupted {
+        if e.kind() != ErrorKind::Interrupted {
             return Err(e);
         }
     }
@@ -98,8 +64,10 @@ fn ppoll_in(fd: RawFd) -> std::io::Result<bool> {
 
 /// Wake-up latencies (ns) of a process that slept `gap` each time, for about `seconds`.
 pub fn probe(gap: Duration, seconds: f64) -> std::io::Result<Vec<u64>> {
-    let ready = eventfd(0)?; // waiter -> signaller: about to sleep
-    let go = eventfd(0)?; // signaller -> waiter: the time it was signalled
+    // Both are inherited by the signaller (no EFD_CLOEXEC). `ready` is non-blocking for
+    // the signaller's spin; this side only writes it, and a count of 1 never blocks.
+    let ready = EventFd::new(EFD_NONBLOCK)?; // waiter -> signaller: about to sleep
+    let go = EventFd::new(0)?; // signaller -> waiter: the time it was signalled
     let exe = std::env::current_exe()?;
     let mut child = Command::new(exe)
         .arg("--wake-signaller")
@@ -114,7 +82,7 @@ pub fn probe(gap: Duration, seconds: f64) -> std::io::Result<Vec<u64>> {
         .spawn()?;
     let mut late = Vec::with_capacity((seconds * 1e6 / (gap.as_micros() as f64 + 20.0)) as usize);
     loop {
-        write_u64(ready.as_raw_fd(), 1)?;
+        ready.write(1)?;
         while !ppoll_in(go.as_raw_fd())? {
             // No signal for a second: a signaller that has gone would leave us here.
             if let Some(status) = child.try_wait()? {
@@ -124,10 +92,9 @@ pub fn probe(gap: Duration, seconds: f64) -> std::io::Result<Vec<u64>> {
             }
         }
         let woke = monotonic_ns();
-        match read_u64(go.as_raw_fd())? {
-            Some(STOP) => break,
-            Some(sent) => late.push(woke.saturating_sub(sent)),
-            None => {}
+        match go.read()? {
+            STOP => break,
+            sent => late.push(woke.saturating_sub(sent)),
         }
     }
     let status = child.wait()?;
@@ -150,27 +117,29 @@ pub fn signaller(spec: &str) -> Result<(), String> {
     let go: RawFd = go.parse().map_err(|_| bad())?;
     let gap_ns: u64 = gap_ns.parse().map_err(|_| bad())?;
     let seconds: f64 = seconds.parse().map_err(|_| bad())?;
-    // The waiter's descriptor is blocking; this side polls it without blocking.
-    // SAFETY: F_SETFL on a descriptor inherited from the parent; no pointers.
-    if unsafe { libc::fcntl(ready, libc::F_SETFL, libc::O_NONBLOCK) } != 0 {
-        return Err(format!("fd {ready}: {}", std::io::Error::last_os_error()));
-    }
+    // SAFETY: descriptors inherited from the parent (`probe`), which nothing else in
+    // this process owns; each is owned once, here.
+    let (ready, go) = unsafe { (EventFd::from_raw_fd(ready), EventFd::from_raw_fd(go)) };
     let end = monotonic_ns() + (seconds * 1e9) as u64;
     let io = |e: std::io::Error| e.to_string();
     loop {
         // Spin until the waiter is about to sleep, as the daemon's device thread would be
         // busy with the request.
-        while read_u64(ready).map_err(io)?.is_none() {
-            std::hint::spin_loop();
+        loop {
+            match ready.read() {
+                Ok(_) => break,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => std::hint::spin_loop(),
+                Err(e) => return Err(io(e)),
+            }
         }
         let now = monotonic_ns();
         if now >= end {
-            return write_u64(go, STOP).map_err(io);
+            return go.write(STOP).map_err(io);
         }
         let until = now + gap_ns;
         while monotonic_ns() < until {
             std::hint::spin_loop();
         }
-        write_u64(go, monotonic_ns()).map_err(io)?;
+        go.write(monotonic_ns()).map_err(io)?;
     }
 }
