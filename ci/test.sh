@@ -68,7 +68,8 @@ if [[ $guest == 1 ]]; then
     echo "== guest seed 000: parallel read and write, msm-emmc45-sdr50, three packing modes"
     guest-tests/seed000-rw.sh --no-build
     # Simulated vs measured (docs/fidelity.md): fio's bandwidth and p50 in the guest
-    # against the simulator's replay of the daemon's trace, both models, within 10%.
+    # against the simulator's replay of the daemon's trace (p50 plus the guest's own
+    # turnaround, measured from the same trace), both models, within 10%.
     # Eight guest boots, about 2.5 minutes.
     echo "== guest simulated vs measured: generic-emmc45, toshiba-mmc32g (±10%)"
     guest-tests/sim-vs-guest.sh --no-build

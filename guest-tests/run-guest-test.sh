@@ -1462,10 +1462,12 @@ if [[ -n $SAVE_DIR ]]; then
     tr -d '\r' <"$CONSOLE" >"$SAVE_DIR/console.log"
     [[ ! -f $TRACE ]] || cp "$TRACE" "$SAVE_DIR/serve.trace"
     [[ ! -f $CMDLOG ]] || cp "$CMDLOG" "$SAVE_DIR/cmd.log"
+    # The daemon's log: fidelity.py reads its pacing summary (the `session:` line).
+    [[ ! -s $BACKEND_LOG ]] || cp "$BACKEND_LOG" "$SAVE_DIR/backend.log"
     for f in stats-start.json stats-end.json; do
         [[ ! -f $WORK/$f ]] || cp "$WORK/$f" "$SAVE_DIR/$f"
     done
-    log "saved data.log, console.log$([[ -f $TRACE ]] && echo ', serve.trace') in $SAVE_DIR"
+    log "saved data.log, console.log$([[ -f $TRACE ]] && echo ', serve.trace')$([[ -s $BACKEND_LOG ]] && echo ', backend.log') in $SAVE_DIR"
 fi
 if [[ $JOBSET == faults ]]; then
     echo

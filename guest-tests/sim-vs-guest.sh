@@ -2,7 +2,8 @@
 # Simulated vs measured: run fio jobs in a QEMU guest against `vhost-user-emmc serve`
 # (run-guest-test.sh, one job per boot on a fresh image), keep the daemon's request
 # trace, replay the job's requests in the simulator for the same model, and compare
-# fio's bandwidth and completion-latency p50 with the simulator's (fidelity.py).
+# fio's bandwidth and completion-latency p50 with the simulator's (fidelity.py; the p50
+# with the guest's own turnaround added, measured from the same boot's trace).
 # Fails when a checked figure differs by more than the tolerance (10% by default).
 #
 # See guest-tests/README.md ("Simulated vs measured") and docs/fidelity.md.
