@@ -18,6 +18,16 @@
    blkbench's "sleeps" rows do) pays this on every request, and pays more after the
    longer waits pacing gives it: that difference belongs to the machine, not the daemon.
 
+4. Time taken from a spinning thread: one process per CPU reads the clock in a loop (as
+   the daemon spins out its completions and a polling client spins on its ring) and
+   records every gap between two readings longer than 5 µs: the CPU was taken from it
+   (an interrupt, another task, the hypervisor). Printed per CPU: the gaps over 20 µs
+   per second, and the share of instants at which the thread is off its CPU and stays
+   off for more than 20 µs more. Anything due at such an instant (a paced completion
+   the daemon spins out, or the polling client's look at its ring) is more than 20 µs
+   late. When that share is near or over 1% on either CPU, no daemon can hold a p99
+   within 20 µs on this machine.
+
 Usage: ci/machine-jitter.py [--seconds S]
 """
 
@@ -133,6 +143,57 @@ def wake_latency(seconds, gaps):
               f"max {mx:7.1f} µs  ({len(late)} wake-ups)")
 
 
+SPIN_GAP_NS = 5_000  # a gap between two clock readings longer than this is recorded
+LOST_US = 20.0  # the p99 target's 20 µs
+
+
+def _spin_gaps(cpu, seconds, out_w):
+    """Child: spin on `cpu` for `seconds`, sending (start_ns, length_ns) of each gap."""
+    try:
+        os.sched_setaffinity(0, {cpu})
+    except OSError:
+        pass
+    gaps = []
+    now = time.perf_counter_ns
+    last = start = now()
+    end = start + int(seconds * 1e9)
+    while last < end:
+        t = now()
+        if t - last > SPIN_GAP_NS:
+            gaps.append((last, t - last))
+        last = t
+    with os.fdopen(out_w, "wb") as f:
+        pickle.dump((start, end, gaps), f)
+    os._exit(0)
+
+
+def spin_losses(seconds):
+    cpus = sorted(os.sched_getaffinity(0))
+    children = []
+    for cpu in cpus:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            _spin_gaps(cpu, seconds, w)
+        os.close(w)
+        children.append((cpu, pid, r))
+    for cpu, pid, r in children:
+        with os.fdopen(r, "rb") as f:
+            start, end, gaps = pickle.load(f)
+        os.waitpid(pid, 0)
+        span = max(1, end - start)
+        lengths = sorted(length / 1e3 for _, length in gaps)
+        over = sum(1 for x in lengths if x > LOST_US)
+        # An instant at which the thread is off its CPU with more than LOST_US still to
+        # go: anything due then is that late. Each gap holds (length - LOST_US) of them.
+        late_ns = sum(max(0, length - LOST_US * 1000) for _, length in gaps)
+        print(f"spinning on CPU {cpu}: gaps over {LOST_US:.0f} µs {over / (span / 1e9):.0f}/s "
+              f"(longest {lengths[-1] if lengths else 0:.0f} µs); instants more than "
+              f"{LOST_US:.0f} µs before the thread runs again: "
+              f"{100.0 * late_ns / span:.2f}%")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=4.0, help="length of each part")
@@ -143,6 +204,7 @@ def main():
     timer_lateness(args.seconds)
     memory_stalls(args.seconds)
     wake_latency(args.seconds, [int(g) for g in args.gaps.split(",")])
+    spin_losses(args.seconds)
 
 
 if __name__ == "__main__":
