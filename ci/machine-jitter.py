@@ -167,10 +167,12 @@ def _spin_gaps(cpu, seconds, out_w):
     os._exit(0)
 
 
-def spin_losses(seconds):
-    cpus = sorted(os.sched_getaffinity(0))
+def spin_off_cpu(seconds):
+    """One spinner per CPU for `seconds`: per CPU, the gaps over LOST_US per second, the
+    longest gap (µs), and the share (%) of instants at which the thread was off its CPU
+    with more than LOST_US still to go (anything due then is that late)."""
     children = []
-    for cpu in cpus:
+    for cpu in sorted(os.sched_getaffinity(0)):
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:
@@ -178,20 +180,26 @@ def spin_losses(seconds):
             _spin_gaps(cpu, seconds, w)
         os.close(w)
         children.append((cpu, pid, r))
+    out = []
     for cpu, pid, r in children:
         with os.fdopen(r, "rb") as f:
             start, end, gaps = pickle.load(f)
         os.waitpid(pid, 0)
         span = max(1, end - start)
-        lengths = sorted(length / 1e3 for _, length in gaps)
-        over = sum(1 for x in lengths if x > LOST_US)
-        # An instant at which the thread is off its CPU with more than LOST_US still to
-        # go: anything due then is that late. Each gap holds (length - LOST_US) of them.
+        # Each gap holds (length - LOST_US) instants that are more than LOST_US late.
         late_ns = sum(max(0, length - LOST_US * 1000) for _, length in gaps)
-        print(f"spinning on CPU {cpu}: gaps over {LOST_US:.0f} µs {over / (span / 1e9):.0f}/s "
-              f"(longest {lengths[-1] if lengths else 0:.0f} µs); instants more than "
-              f"{LOST_US:.0f} µs before the thread runs again: "
-              f"{100.0 * late_ns / span:.2f}%")
+        out.append({"cpu": cpu,
+                    "over_per_s": sum(1 for _, n in gaps if n > LOST_US * 1000) / (span / 1e9),
+                    "longest_us": max((n for _, n in gaps), default=0) / 1e3,
+                    "late_pct": 100.0 * late_ns / span})
+    return out
+
+
+def spin_losses(seconds):
+    for c in spin_off_cpu(seconds):
+        print(f"spinning on CPU {c['cpu']}: gaps over {LOST_US:.0f} µs {c['over_per_s']:.0f}/s "
+              f"(longest {c['longest_us']:.0f} µs); instants more than {LOST_US:.0f} µs "
+              f"before the thread runs again: {c['late_pct']:.2f}%")
 
 
 def main():
