@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""How precisely can anything be paced on this machine? Two figures, no daemon involved.
+"""How precisely can anything be paced on this machine? Four measurements, no daemon involved.
 
 1. Timer wake-up lateness: how late a sleep of 100 µs / 1 ms / 2.5 ms returns, with the
    timer slack at 1 ns (as `serve --timing realtime` sets it). The pacing timer's margin
