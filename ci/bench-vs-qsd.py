@@ -399,7 +399,7 @@ def main():
     subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "vhost-user-emmc",
                     "-p", "blkbench"], cwd=ROOT, check=True)
     workdir = tempfile.mkdtemp(prefix="vue-bench.", dir=args.dir)
-    t1 = t2 = spin = None
+    t1 = t2 = spin = spin_seconds = None
     try:
         sock = os.path.join(workdir, "vhost.sock")
         if args.only != "realtime":
@@ -423,7 +423,8 @@ def main():
             t2, worst = table_realtime(args, rt_image, sock, workdir)
             # The machine's own share of a p99, measured after the table with nothing
             # else running: the daemon and a polling client both spin.
-            spin = machine_spin(max(2.0, args.rt_seconds))
+            spin_seconds = max(2.0, args.rt_seconds)
+            spin = machine_spin(spin_seconds)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     cpu = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"],
@@ -479,7 +480,7 @@ def main():
         if spin:
             shares = ", ".join(f"CPU {c['cpu']} {c['late_pct']:.2f}%" for c in spin)
             print(f"\nThe machine, no daemon (ci/machine-jitter.py's spinners, one per CPU, "
-                  f"{max(2.0, args.rt_seconds):g} s): instants at which a spinning thread "
+                  f"{spin_seconds:g} s): instants at which a spinning thread "
                   f"is off its CPU with more than 20 µs still to go: {shares}; gaps over "
                   "20 µs " + ", ".join(f"{c['over_per_s']:.0f}/s" for c in spin) + ". "
                   "Anything due at such an instant is more than 20 µs late, whoever "

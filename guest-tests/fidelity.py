@@ -235,7 +235,7 @@ def daemon_lateness(directory):
     path = os.path.join(directory, "backend.log")
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
-            found = [m for m in SESSION_RE.finditer(f.read())]
+            found = list(SESSION_RE.finditer(f.read()))
     except OSError as e:
         raise FidelityError(f"{path}: {e.strerror}: the daemon's log is needed for "
                             "its lateness") from e
