@@ -22,6 +22,7 @@ use super::device::PciMmio;
 use super::dma::{DmaMap, Mapped};
 use super::identity::PciIdentity;
 use super::intx::{Intx, IrqRequest};
+use super::session_times::AccessTimes;
 use crate::pacing::{Clock, Pacing, SpinMargin, DEFAULT_SPIN, DEFAULT_SPIN_MAX};
 use emmc_card::timing::Nanos;
 
@@ -138,6 +139,8 @@ pub(crate) struct Inner<D> {
     /// The card time the timer thread sleeps until (None: until woken).
     pub(crate) armed: Option<Nanos>,
     pub(crate) stats: PciStats,
+    /// The current session's register accesses and interrupts, timed.
+    pub(crate) times: AccessTimes,
     bar0_size: u64,
     /// The session being served, to wake its timer thread from other threads.
     pub(crate) session: Option<Arc<Session>>,
@@ -157,6 +160,7 @@ impl<D: PciMmio> Inner<D> {
         self.config.set_interrupt_status(line);
         if self.intx.update(line, self.config.intx_disabled()) {
             self.stats.intx_signals += 1;
+            self.times.signalled();
         }
     }
 
@@ -295,6 +299,7 @@ impl<D: PciMmio> Function<D> {
                 time: CardTime::new(options.pacing),
                 armed: None,
                 stats: PciStats::default(),
+                times: AccessTimes::default(),
                 bar0_size,
                 session: None,
             }),
@@ -479,10 +484,13 @@ impl<D: PciMmio> Backend<D> {
 
 impl<D: PciMmio> ServerBackend for Backend<D> {
     fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> io::Result<()> {
+        let start = Instant::now();
         self.attached();
         let mut inner = self.function.lock();
         let result = match region {
-            VFIO_PCI_BAR0_REGION_INDEX => inner.bar_read(offset, data),
+            VFIO_PCI_BAR0_REGION_INDEX => inner.bar_read(offset, data).map(|()| {
+                inner.times.access(start, true);
+            }),
             VFIO_PCI_CONFIG_REGION_INDEX => inner.config_read(offset, data),
             _ => Err(format!("read of region {region}, which is absent")),
         };
@@ -497,11 +505,14 @@ impl<D: PciMmio> ServerBackend for Backend<D> {
     }
 
     fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> io::Result<()> {
+        let start = Instant::now();
         self.attached();
         let mut inner = self.function.lock();
         log::trace!("write region {region} {offset:#x} {data:02x?}");
         let result = match region {
-            VFIO_PCI_BAR0_REGION_INDEX => inner.bar_write(offset, data),
+            VFIO_PCI_BAR0_REGION_INDEX => inner.bar_write(offset, data).map(|()| {
+                inner.times.access(start, false);
+            }),
             VFIO_PCI_CONFIG_REGION_INDEX => inner.config_write(offset, data),
             _ => Err(format!("write to region {region}, which is absent")),
         };

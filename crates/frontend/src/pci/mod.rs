@@ -125,6 +125,7 @@ mod function;
 pub mod identity;
 pub mod intx;
 pub mod server;
+mod session_times;
 mod timer;
 
 pub use device::{DmaError, DmaMemory, PciMmio};

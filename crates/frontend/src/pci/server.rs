@@ -7,9 +7,11 @@ use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::device::PciMmio;
 use super::function::{irqs, regions, Backend, Function, PciOptions, PciStats, Session};
+use super::session_times::{AccessTimes, SessionSummary};
 use super::timer;
 use emmc_card::timing::Nanos;
 
@@ -52,6 +54,8 @@ pub struct PciServer<D: PciMmio> {
     options: PciOptions,
     /// The socket path this server created (removed when it is dropped).
     path: Option<PathBuf>,
+    /// The summary line of the last session that ended.
+    last_session: std::sync::Mutex<Option<String>>,
 }
 
 impl<D: PciMmio> PciServer<D> {
@@ -90,6 +94,7 @@ impl<D: PciMmio> PciServer<D> {
             listener: OwnedFd::from(spare),
             options,
             path: None,
+            last_session: std::sync::Mutex::new(None),
         })
     }
 
@@ -98,7 +103,13 @@ impl<D: PciMmio> PciServer<D> {
     /// accepted or a session cannot start; whatever a client does ends its own session.
     pub fn serve_session(&self) -> Result<SessionEnd, PciError> {
         let session = Arc::new(Session::new().map_err(PciError::Session)?);
-        self.function.lock().session = Some(session.clone());
+        let started = Instant::now();
+        let signals_before = {
+            let mut inner = self.function.lock();
+            inner.session = Some(session.clone());
+            inner.times = AccessTimes::default();
+            inner.stats.intx_signals
+        };
         let timer = timer::spawn(
             self.function.clone(),
             session.clone(),
@@ -115,7 +126,7 @@ impl<D: PciMmio> PciServer<D> {
             self.server.run(&mut backend)
         }));
         session.stop();
-        let _ = timer.join();
+        let timer_times = timer.join().ok().flatten();
         backend.detached();
         let end = match outcome {
             Ok(Ok(())) => SessionEnd::Closed,
@@ -136,7 +147,17 @@ impl<D: PciMmio> PciServer<D> {
                 log::error!("vfio-user session ended by a panic in its message loop: {why}")
             }
         }
-        self.function.lock().end_session();
+        let mut inner = self.function.lock();
+        let summary = SessionSummary {
+            wall: started.elapsed(),
+            accesses: &inner.times,
+            timer: timer_times.as_ref(),
+            intx_signals: inner.stats.intx_signals - signals_before,
+        }
+        .to_string();
+        log::info!("pci session: {summary}");
+        *self.last_session.lock().unwrap_or_else(|p| p.into_inner()) = Some(summary);
+        inner.end_session();
         Ok(end)
     }
 
@@ -156,6 +177,16 @@ impl<D: PciMmio> PciServer<D> {
 
     pub fn stats(&self) -> PciStats {
         self.function.lock().stats.clone()
+    }
+
+    /// The `pci session:` line of the last session that ended: its length, the BAR
+    /// accesses and how long each took, the client's round trip, the guest's answer to
+    /// an interrupt and the timer thread's wake-ups.
+    pub fn last_session(&self) -> Option<String> {
+        self.last_session
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// A handle on the function for other threads (a control socket, a signal handler).

@@ -16,6 +16,7 @@ use vmm_sys_util::timerfd::TimerFd;
 use super::device::PciMmio;
 use super::function::{Function, Session, TIMER, UNMASK, WAKE};
 use super::intx::set_nonblocking;
+use super::session_times::TimerTimes;
 use crate::pacing::{Pacing, SpinMargin};
 
 /// Start the timer thread of one session.
@@ -23,7 +24,7 @@ pub(crate) fn spawn<D: PciMmio>(
     function: Arc<Function<D>>,
     session: Arc<Session>,
     spin: SpinMargin,
-) -> std::io::Result<std::thread::JoinHandle<()>> {
+) -> std::io::Result<std::thread::JoinHandle<Option<TimerTimes>>> {
     let timer = TimerFd::new()?;
     set_nonblocking(&timer)?;
     session.epoll.ctl(
@@ -35,12 +36,14 @@ pub(crate) fn spawn<D: PciMmio>(
         .name("pci-timer".into())
         .spawn(move || {
             let run = std::panic::AssertUnwindSafe(|| run(&function, &session, timer, spin));
-            if std::panic::catch_unwind(run).is_err() {
+            let times = std::panic::catch_unwind(run).ok();
+            if times.is_none() {
                 log::error!(
                     "the device model panicked on the timer thread: its events stop until \
                      the client reconnects"
                 );
             }
+            times
         })
 }
 
@@ -59,7 +62,8 @@ fn run<D: PciMmio>(
     session: &Session,
     mut timer: TimerFd,
     mut spin: SpinMargin,
-) {
+) -> TimerTimes {
+    let mut times = TimerTimes::default();
     let mut events = [EpollEvent::default(); 4];
     while !session.stop.load(std::sync::atomic::Ordering::SeqCst) {
         let wait = pass(function);
@@ -102,11 +106,15 @@ fn run<D: PciMmio>(
                 TIMER => {
                     let expired = timer.wait().is_ok_and(|n| n > 0);
                     if let Some(at) = armed_at.take().filter(|_| expired) {
-                        spin.observe(Instant::now().saturating_duration_since(at));
+                        let woke = Instant::now();
+                        let late = woke.saturating_duration_since(at);
+                        spin.observe(late);
+                        times.woke(late);
                         if let Some(due) = due {
                             while Instant::now() < due {
                                 std::hint::spin_loop();
                             }
+                            times.spun += due.saturating_duration_since(woke);
                         }
                     }
                 }
@@ -121,6 +129,8 @@ fn run<D: PciMmio>(
             }
         }
     }
+    times.margin = spin.get();
+    times
 }
 
 /// One pass under the lock: run what is due, say what to wait for.

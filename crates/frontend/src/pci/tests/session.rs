@@ -405,6 +405,43 @@ fn when_the_client_leaves_its_maps_go_the_card_is_power_cycled_and_the_next_is_s
 }
 
 #[test]
+fn a_session_ends_with_a_summary_of_its_accesses_its_interrupts_and_its_timer() {
+    let rig = Rig::start(Pacing::Realtime { scale: 1.0 });
+    {
+        let mut c = rig.client();
+        enable(&mut c);
+        let irq = Irq::new();
+        trigger(&mut c, &irq);
+        bar_write32(&mut c, reg::LEN, 0);
+        // Far enough ahead that the timer thread sleeps for it even on a loaded machine.
+        bar_write32(&mut c, reg::DELAY, 20_000_000);
+        bar_write32(&mut c, reg::GO, 1);
+        assert_eq!(irq.wait(LONG), 1, "the event ran on the timer thread");
+        assert_eq!(bar_read32(&mut c, reg::STATUS) & reg::DONE, reg::DONE);
+        bar_write32(&mut c, reg::STATUS, reg::DONE);
+        c.shutdown().unwrap();
+    }
+    rig.sessions(1);
+    let line = rig.server.last_session().expect("a summary");
+    // Five BAR accesses, not the config-space ones; one signal, answered by the read.
+    assert!(line.contains(" 5 BAR accesses "), "{line}");
+    assert!(
+        line.contains("1 INTx signals, to the next access p50/p99 "),
+        "{line}"
+    );
+    let answered: f64 = line
+        .split("to the next access p50/p99 ")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|v| v.parse().ok())
+        .expect("the interrupt's answer in µs");
+    assert!(answered > 0.0, "{line}");
+    // The 20 ms event: the timer armed once, woke and spun the margin's rest.
+    assert!(line.contains("timer: 1 wake-ups"), "{line}");
+    assert!(line.ends_with("margin 200 µs"), "{line}");
+}
+
+#[test]
 fn a_second_client_is_refused_while_one_is_attached() {
     let rig = Rig::start(Pacing::Off);
     let mut first = rig.client();
