@@ -115,8 +115,11 @@ def qemu_writes(suffix):
 
 def session_line(name):
     """Where the daemon's session went, in its own words (the `pci session:` log line)."""
-    m = re.findall(r"pci session: (.*)", text(name, "backend.log"))
-    return m[-1] if m else "(no session line in the daemon's log)"
+    m = re.findall(r"pci session(?: \(([^)]*)\))?: (.*)", text(name, "backend.log"))
+    if not m:
+        return "(no session line in the daemon's log)"
+    why, line = m[-1]
+    return f"{line} ({why})" if why else line
 
 f = lambda v, scale=1.0, fmt="{:.1f}": "-" if v is None else fmt.format(v / scale)
 

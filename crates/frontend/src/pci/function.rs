@@ -22,7 +22,7 @@ use super::device::PciMmio;
 use super::dma::{DmaMap, Mapped};
 use super::identity::PciIdentity;
 use super::intx::{Intx, IrqRequest};
-use super::session_times::AccessTimes;
+use super::session_times::{AccessTimes, SessionSummary, TimerTimes};
 use crate::pacing::{Clock, Pacing, SpinMargin, DEFAULT_SPIN, DEFAULT_SPIN_MAX};
 use emmc_card::timing::Nanos;
 
@@ -141,6 +141,12 @@ pub(crate) struct Inner<D> {
     pub(crate) stats: PciStats,
     /// The current session's register accesses and interrupts, timed.
     pub(crate) times: AccessTimes,
+    /// What the current session's timer thread measured, as of its last pass.
+    pub(crate) timer_times: TimerTimes,
+    /// When the current session's client sent its first message and the INTx signals
+    /// before it; taken by the one who logs its summary (the session's end, or a
+    /// signal that stops the daemon first). None while the server waits for a client.
+    pub(crate) summary_due: Option<(Instant, u64)>,
     bar0_size: u64,
     /// The session being served, to wake its timer thread from other threads.
     pub(crate) session: Option<Arc<Session>>,
@@ -268,6 +274,34 @@ impl<D: PciMmio> Inner<D> {
         self.stats.resets += 1;
     }
 
+    /// A session begins (its server waits for a client): its times start afresh.
+    pub(crate) fn begin_session(&mut self, session: Arc<Session>) {
+        self.session = Some(session);
+        self.times = AccessTimes::default();
+        self.timer_times = TimerTimes::default();
+        self.summary_due = None;
+    }
+
+    /// The session's client sent its first message: the session's wall time starts.
+    fn client_arrived(&mut self) {
+        self.summary_due = Some((Instant::now(), self.stats.intx_signals));
+    }
+
+    /// The session's summary line, once: None if it was already taken (or no session
+    /// began).
+    pub(crate) fn take_summary(&mut self) -> Option<String> {
+        let (started, signals_before) = self.summary_due.take()?;
+        Some(
+            SessionSummary {
+                wall: started.elapsed(),
+                accesses: &self.times,
+                timer: &self.timer_times,
+                intx_signals: self.stats.intx_signals - signals_before,
+            }
+            .to_string(),
+        )
+    }
+
     /// The client left: its maps and descriptors go, the card is power-cycled and the
     /// function is as after reset.
     pub(crate) fn end_session(&mut self) {
@@ -300,6 +334,8 @@ impl<D: PciMmio> Function<D> {
                 armed: None,
                 stats: PciStats::default(),
                 times: AccessTimes::default(),
+                timer_times: TimerTimes::default(),
+                summary_due: None,
                 bar0_size,
                 session: None,
             }),
@@ -419,12 +455,17 @@ pub(crate) struct Backend<D> {
     /// The listening socket, to refuse other clients once this one is attached.
     pub(crate) listener: Option<i32>,
     pub(crate) refusing: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
+    /// No message has come yet.
+    pub(crate) first_message: bool,
 }
 
 impl<D: PciMmio> Backend<D> {
     /// A message arrived: the client is attached, so other clients are refused from now
     /// on (one at a time, as the other transports).
     fn attached(&mut self) {
+        if std::mem::take(&mut self.first_message) {
+            self.function.lock().client_arrived();
+        }
         if self.refusing.is_none() {
             if let Some(fd) = self.listener {
                 let stop = Arc::new(AtomicBool::new(false));

@@ -7,11 +7,9 @@ use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
 use super::device::PciMmio;
 use super::function::{irqs, regions, Backend, Function, PciOptions, PciStats, Session};
-use super::session_times::{AccessTimes, SessionSummary};
 use super::timer;
 use emmc_card::timing::Nanos;
 
@@ -103,13 +101,7 @@ impl<D: PciMmio> PciServer<D> {
     /// accepted or a session cannot start; whatever a client does ends its own session.
     pub fn serve_session(&self) -> Result<SessionEnd, PciError> {
         let session = Arc::new(Session::new().map_err(PciError::Session)?);
-        let started = Instant::now();
-        let signals_before = {
-            let mut inner = self.function.lock();
-            inner.session = Some(session.clone());
-            inner.times = AccessTimes::default();
-            inner.stats.intx_signals
-        };
+        self.function.lock().begin_session(session.clone());
         let timer = timer::spawn(
             self.function.clone(),
             session.clone(),
@@ -121,12 +113,13 @@ impl<D: PciMmio> PciServer<D> {
             session: session.clone(),
             listener: Some(self.listener.as_raw_fd()),
             refusing: None,
+            first_message: true,
         };
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             self.server.run(&mut backend)
         }));
         session.stop();
-        let timer_times = timer.join().ok().flatten();
+        let _ = timer.join();
         backend.detached();
         let end = match outcome {
             Ok(Ok(())) => SessionEnd::Closed,
@@ -148,15 +141,10 @@ impl<D: PciMmio> PciServer<D> {
             }
         }
         let mut inner = self.function.lock();
-        let summary = SessionSummary {
-            wall: started.elapsed(),
-            accesses: &inner.times,
-            timer: timer_times.as_ref(),
-            intx_signals: inner.stats.intx_signals - signals_before,
+        if let Some(summary) = inner.take_summary() {
+            log::info!("pci session: {summary}");
+            *self.last_session.lock().unwrap_or_else(|p| p.into_inner()) = Some(summary);
         }
-        .to_string();
-        log::info!("pci session: {summary}");
-        *self.last_session.lock().unwrap_or_else(|p| p.into_inner()) = Some(summary);
         inner.end_session();
         Ok(end)
     }
@@ -231,6 +219,15 @@ impl<D: PciMmio> PciHandle<D> {
 
     pub fn stats(&self) -> PciStats {
         self.function.lock().stats.clone()
+    }
+
+    /// Log the summary of the session in progress, if there is one whose end has not
+    /// logged it (the daemon is stopping with a client attached, or before the
+    /// message thread has seen the client go); returns the line logged.
+    pub fn log_live_session(&self, why: &str) -> Option<String> {
+        let summary = self.function.lock().take_summary()?;
+        log::info!("pci session ({why}): {summary}");
+        Some(summary)
     }
 }
 

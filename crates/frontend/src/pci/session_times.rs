@@ -68,13 +68,25 @@ impl TimerTimes {
     pub(crate) fn woke(&mut self, late: Duration) {
         self.late.record(nanos(late));
     }
+
+    /// Add what the timer thread measured since its last pass under the lock, and
+    /// start `local` afresh.
+    pub(crate) fn take_from(&mut self, local: &mut TimerTimes) {
+        self.late.merge(&local.late);
+        self.spun += local.spun;
+        self.margin = local.margin;
+        *local = TimerTimes {
+            margin: local.margin,
+            ..TimerTimes::default()
+        };
+    }
 }
 
 /// One session's summary line.
 pub(crate) struct SessionSummary<'a> {
     pub(crate) wall: Duration,
     pub(crate) accesses: &'a AccessTimes,
-    pub(crate) timer: Option<&'a TimerTimes>,
+    pub(crate) timer: &'a TimerTimes,
     pub(crate) intx_signals: u64,
 }
 
@@ -107,24 +119,22 @@ impl fmt::Display for SessionSummary<'_> {
             us(a.irq_to_access.quantile(0.5)),
             us(a.irq_to_access.quantile(0.99)),
         )?;
-        match self.timer {
-            Some(t) => write!(
-                f,
-                "; timer: {} wake-ups, late p50/p99 {:.1}/{:.1} µs, spun {:.3} s ({:.1}%), \
-                 margin {} µs",
-                t.late.count(),
-                us(t.late.quantile(0.5)),
-                us(t.late.quantile(0.99)),
-                t.spun.as_secs_f64(),
-                if wall > 0.0 {
-                    t.spun.as_secs_f64() / wall * 100.0
-                } else {
-                    0.0
-                },
-                t.margin.as_micros(),
-            ),
-            None => write!(f, "; timer: stopped by a panic"),
-        }
+        let t = self.timer;
+        write!(
+            f,
+            "; timer: {} wake-ups, late p50/p99 {:.1}/{:.1} µs, spun {:.3} s ({:.1}%), \
+             margin {} µs",
+            t.late.count(),
+            us(t.late.quantile(0.5)),
+            us(t.late.quantile(0.99)),
+            t.spun.as_secs_f64(),
+            if wall > 0.0 {
+                t.spun.as_secs_f64() / wall * 100.0
+            } else {
+                0.0
+            },
+            t.margin.as_micros(),
+        )
     }
 }
 
@@ -168,27 +178,31 @@ mod tests {
             ..TimerTimes::default()
         };
         t.woke(Duration::from_micros(40));
+        // What the timer thread gathers between passes adds up under the lock.
+        let mut session = TimerTimes::default();
+        session.take_from(&mut t);
+        let mut more = TimerTimes {
+            spun: Duration::from_millis(50),
+            margin: Duration::from_micros(300),
+            ..TimerTimes::default()
+        };
+        more.woke(Duration::from_micros(60));
+        session.take_from(&mut more);
+        assert_eq!(more.spun, Duration::ZERO, "the local part starts afresh");
+        assert_eq!(more.late.count(), 0);
         let line = SessionSummary {
             wall: Duration::from_secs(10),
             accesses: &a,
-            timer: Some(&t),
+            timer: &session,
             intx_signals: 3,
         }
         .to_string();
         assert!(line.starts_with("10.0 s, 1 BAR accesses (0/s)"), "{line}");
         assert!(line.contains("3 INTx signals"), "{line}");
-        assert!(line.contains("timer: 1 wake-ups"), "{line}");
+        assert!(line.contains("timer: 2 wake-ups"), "{line}");
         assert!(
-            line.contains("spun 0.250 s (2.5%), margin 150 µs"),
+            line.contains("spun 0.300 s (3.0%), margin 300 µs"),
             "{line}"
         );
-        let stopped = SessionSummary {
-            wall: Duration::from_secs(1),
-            accesses: &a,
-            timer: None,
-            intx_signals: 0,
-        }
-        .to_string();
-        assert!(stopped.ends_with("timer: stopped by a panic"), "{stopped}");
     }
 }

@@ -24,7 +24,7 @@ pub(crate) fn spawn<D: PciMmio>(
     function: Arc<Function<D>>,
     session: Arc<Session>,
     spin: SpinMargin,
-) -> std::io::Result<std::thread::JoinHandle<Option<TimerTimes>>> {
+) -> std::io::Result<std::thread::JoinHandle<()>> {
     let timer = TimerFd::new()?;
     set_nonblocking(&timer)?;
     session.epoll.ctl(
@@ -36,14 +36,12 @@ pub(crate) fn spawn<D: PciMmio>(
         .name("pci-timer".into())
         .spawn(move || {
             let run = std::panic::AssertUnwindSafe(|| run(&function, &session, timer, spin));
-            let times = std::panic::catch_unwind(run).ok();
-            if times.is_none() {
+            if std::panic::catch_unwind(run).is_err() {
                 log::error!(
                     "the device model panicked on the timer thread: its events stop until \
                      the client reconnects"
                 );
             }
-            times
         })
 }
 
@@ -62,11 +60,15 @@ fn run<D: PciMmio>(
     session: &Session,
     mut timer: TimerFd,
     mut spin: SpinMargin,
-) -> TimerTimes {
-    let mut times = TimerTimes::default();
+) {
+    // Measured outside the lock, added to the session's under it at each pass.
+    let mut times = TimerTimes {
+        margin: spin.get(),
+        ..TimerTimes::default()
+    };
     let mut events = [EpollEvent::default(); 4];
     while !session.stop.load(std::sync::atomic::Ordering::SeqCst) {
-        let wait = pass(function);
+        let wait = pass(function, &mut times);
         let mut armed_at = None;
         let due = match wait {
             Wait::Again => {
@@ -110,6 +112,7 @@ fn run<D: PciMmio>(
                         let late = woke.saturating_duration_since(at);
                         spin.observe(late);
                         times.woke(late);
+                        times.margin = spin.get();
                         if let Some(due) = due {
                             while Instant::now() < due {
                                 std::hint::spin_loop();
@@ -129,13 +132,13 @@ fn run<D: PciMmio>(
             }
         }
     }
-    times.margin = spin.get();
-    times
+    function.lock().timer_times.take_from(&mut times);
 }
 
 /// One pass under the lock: run what is due, say what to wait for.
-fn pass<D: PciMmio>(function: &Function<D>) -> Wait {
+fn pass<D: PciMmio>(function: &Function<D>, times: &mut TimerTimes) -> Wait {
     let mut inner = function.lock();
+    inner.timer_times.take_from(times);
     let Some(next) = inner.device.next_event() else {
         inner.armed = None;
         return Wait::Idle;

@@ -134,6 +134,7 @@ fn shut_down_on_signals(
     let control = control.map(Path::to_path_buf);
     std::thread::spawn(move || {
         if let Some(sig) = signals.forever().next() {
+            let _ = handle.log_live_session(&format!("cut short by signal {sig}"));
             log::info!("signal {sig}: writing the cache back and syncing the image");
             handle.with_device_now(|d, now| d.shutdown(now));
             let _ = std::fs::remove_file(&socket);

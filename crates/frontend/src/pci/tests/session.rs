@@ -442,6 +442,38 @@ fn a_session_ends_with_a_summary_of_its_accesses_its_interrupts_and_its_timer() 
 }
 
 #[test]
+fn a_daemon_stopping_mid_session_logs_its_summary_once() {
+    let rig = Rig::start(Pacing::Off);
+    let handle = rig.server.handle();
+    assert_eq!(handle.log_live_session("no session yet"), None);
+    let mut c = rig.client();
+    enable(&mut c);
+    bar_write32(&mut c, reg::SCRATCH, 1);
+    bar_read32(&mut c, reg::SCRATCH);
+    let live = handle
+        .log_live_session("a signal")
+        .expect("the live session's summary");
+    assert!(live.contains(" 2 BAR accesses "), "{live}");
+    assert_eq!(
+        handle.log_live_session("a second signal"),
+        None,
+        "only once"
+    );
+    drop(c);
+    rig.sessions(1);
+    assert_eq!(
+        rig.server.last_session(),
+        None,
+        "the session's end found its summary logged already"
+    );
+    assert_eq!(
+        handle.log_live_session("between clients"),
+        None,
+        "a server waiting for its next client has no session to sum up"
+    );
+}
+
+#[test]
 fn a_second_client_is_refused_while_one_is_attached() {
     let rig = Rig::start(Pacing::Off);
     let mut first = rig.client();
