@@ -290,7 +290,15 @@ impl<D: PciMmio> Inner<D> {
     /// The session's summary line, once: None if it was already taken (or no session
     /// began).
     pub(crate) fn take_summary(&mut self) -> Option<String> {
-        let (started, signals_before) = self.summary_due.take()?;
+        let line = self.summary();
+        self.summary_due = None;
+        line
+    }
+
+    /// The session's summary line so far, if a client is attached and its summary has
+    /// not been taken.
+    pub(crate) fn summary(&self) -> Option<String> {
+        let (started, signals_before) = self.summary_due?;
         Some(
             SessionSummary {
                 wall: started.elapsed(),

@@ -221,6 +221,11 @@ impl<D: PciMmio> PciHandle<D> {
         self.function.lock().stats.clone()
     }
 
+    /// The summary line of the session in progress, so far (None between clients).
+    pub fn live_session(&self) -> Option<String> {
+        self.function.lock().summary()
+    }
+
     /// Log the summary of the session in progress, if there is one whose end has not
     /// logged it (the daemon is stopping with a client attached, or before the
     /// message thread has seen the client go); returns the line logged.

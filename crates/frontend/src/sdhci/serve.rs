@@ -42,6 +42,9 @@ impl Controlled for SdhciControl {
             "dma_maps_ignored": s.maps_ignored,
             "refused": s.refused,
             "timer_events": s.timer_events,
+            // Where the attached client's session has spent its time so far (the line
+            // the session logs when it ends).
+            "session": self.handle.live_session(),
         })
     }
 }

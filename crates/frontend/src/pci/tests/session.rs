@@ -450,10 +450,13 @@ fn a_daemon_stopping_mid_session_logs_its_summary_once() {
     enable(&mut c);
     bar_write32(&mut c, reg::SCRATCH, 1);
     bar_read32(&mut c, reg::SCRATCH);
+    let so_far = handle.live_session().expect("a client is attached");
+    assert!(so_far.contains(" 2 BAR accesses "), "{so_far}");
     let live = handle
         .log_live_session("a signal")
         .expect("the live session's summary");
     assert!(live.contains(" 2 BAR accesses "), "{live}");
+    assert_eq!(handle.live_session(), None, "taken");
     assert_eq!(
         handle.log_live_session("a second signal"),
         None,
