@@ -72,13 +72,11 @@ impl TimerTimes {
     /// Add what the timer thread measured since its last pass under the lock, and
     /// start `local` afresh.
     pub(crate) fn take_from(&mut self, local: &mut TimerTimes) {
-        self.late.merge(&local.late);
-        self.spun += local.spun;
+        if local.late.count() > 0 {
+            self.late.merge(&std::mem::take(&mut local.late));
+        }
+        self.spun += std::mem::take(&mut local.spun);
         self.margin = local.margin;
-        *local = TimerTimes {
-            margin: local.margin,
-            ..TimerTimes::default()
-        };
     }
 }
 
