@@ -73,6 +73,23 @@ impl Clock {
         }
     }
 
+    /// The clock's start on `CLOCK_MONOTONIC`, in nanoseconds: the clock a client reads,
+    /// so that its own timestamps can be set beside the card times of a trace
+    /// (`blkbench --stamps-out`, `ci/request-path.py`).
+    pub fn wall0_monotonic_ns(&self) -> u64 {
+        // `Instant` is CLOCK_MONOTONIC on Linux; the two readings below are a few tens of
+        // nanoseconds apart.
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        let now = Instant::now();
+        // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        let mono = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+        mono.saturating_sub(now.saturating_duration_since(self.wall0).as_nanos() as u64)
+    }
+
     pub fn card_at(&self, wall: Instant) -> Nanos {
         let elapsed = wall.saturating_duration_since(self.wall0).as_nanos() as f64;
         self.card0.saturating_add((elapsed / self.scale) as Nanos)

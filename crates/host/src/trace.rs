@@ -206,6 +206,17 @@ impl<W: Write> TraceWriter<W> {
         self.hold(at, done, Line::Command { opcode, arg });
     }
 
+    /// A comment line, `# <text>`, written at once: the format allows comments
+    /// anywhere, and parsers skip them wherever they fall among the held lines.
+    pub fn comment(&mut self, text: &str) -> std::io::Result<()> {
+        writeln!(self.out, "# {text}")
+    }
+
+    /// Card time `at` as the trace writes it: from the trace's origin.
+    pub fn trace_time(&self, at: Nanos) -> Nanos {
+        at.saturating_sub(self.origin)
+    }
+
     /// Lines held (recorded, not yet written).
     pub fn held(&self) -> usize {
         self.held.len()

@@ -273,6 +273,25 @@ impl Inner {
         }
     }
 
+    /// Start the pacing clock at the card's present time, and say in the trace where
+    /// that is on `CLOCK_MONOTONIC`, so that a client's own timestamps can be set beside
+    /// the trace's card times (docs/trace-format.md).
+    fn start_clock(&mut self) -> Clock {
+        let clock = Clock::start(self.target.now(), self.pacing);
+        if let Some(t) = self.trace.as_mut() {
+            let text = format!(
+                "clock: card time {} ns is CLOCK_MONOTONIC {} ns, scale {}",
+                t.trace_time(clock.card0),
+                clock.wall0_monotonic_ns(),
+                clock.scale
+            );
+            let result = t.comment(&text);
+            crate::trace::stop_on_error(&mut self.trace, result);
+        }
+        self.clock = Some(clock);
+        clock
+    }
+
     /// Write the trace lines no request still in flight can precede.
     fn release_trace(&mut self) {
         let upto = self.target.oldest_arrival().unwrap_or(Nanos::MAX);
@@ -322,10 +341,11 @@ impl Inner {
                         // Made available while the thread spun: it arrived when a look
                         // first saw it.
                         let at = self.watch.arrival(next, i).unwrap_or_else(Instant::now);
-                        let (card0, pacing) = (self.target.now(), self.pacing);
-                        self.clock
-                            .get_or_insert_with(|| Clock::start(card0, pacing))
-                            .card_at(at)
+                        let clock = match self.clock {
+                            Some(clock) => clock,
+                            None => self.start_clock(),
+                        };
+                        clock.card_at(at)
                     }
                     // Without pacing the wall clock plays no part: the card's own time
                     // is the arrival, and no clock is read per request.

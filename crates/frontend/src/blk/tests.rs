@@ -692,6 +692,65 @@ fn in_real_time_a_request_never_starts_before_it_arrived() {
     );
 }
 
+/// `CLOCK_MONOTONIC` now, in nanoseconds: the clock a client stamps its requests on.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A paced trace says where its card time is on CLOCK_MONOTONIC, so that a client's own
+/// stamps can be set beside it (`ci/request-path.py`): a request's arrival, taken there,
+/// falls between the instants the driver read just before and just after making it
+/// available, 30 ms after the first one.
+#[test]
+fn a_paced_trace_places_its_card_time_on_the_monotonic_clock() {
+    let mut m = model(3_000_000);
+    m.ext_csd.cache_size = 0;
+    let mut rig = Rig::new(m, Pacing::Realtime { scale: 1.0 });
+    let dir = tempfile::tempdir().unwrap();
+    let path = rig.trace_into(dir.path());
+    let mut kicked = Vec::new();
+    for sector in [0, 64] {
+        let before = monotonic_ns();
+        write(&mut rig, sector, &[1u8; 4096]);
+        kicked.push((before, monotonic_ns()));
+        rig.wait_used(1, Duration::from_secs(5));
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    rig.backend.shutdown();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let anchors: Vec<(u64, u64)> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# clock: card time "))
+        .map(|rest| {
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            assert_eq!(
+                (f[1], f[2], f[3], f[5], f[6]),
+                ("ns", "is", "CLOCK_MONOTONIC", "ns,", "scale"),
+                "{rest}"
+            );
+            (f[0].parse().unwrap(), f[4].parse().unwrap())
+        })
+        .collect();
+    assert_eq!(anchors.len(), 1, "one clock line per session:\n{text}");
+    let (card0, mono0) = anchors[0];
+    let rows = trace_rows(&path);
+    assert_eq!(rows.len(), 2);
+    for (row, (before, after)) in rows.iter().zip(kicked) {
+        let arrival = mono0 + (row[0] - card0);
+        assert!(
+            before <= arrival && arrival <= after,
+            "arrival at {arrival} ns on CLOCK_MONOTONIC, made available between {before} \
+             and {after}"
+        );
+    }
+}
+
 /// A paced rig whose card takes 200 ms per 4 KiB program (no cache), with a fixed spin
 /// margin and a trace in the returned directory.
 fn slow_program_rig(margin: Duration) -> (Rig, tempfile::TempDir, std::path::PathBuf) {
