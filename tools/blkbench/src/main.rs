@@ -11,6 +11,15 @@
 //! line in nanoseconds, in completion order, so that it can be compared request by request
 //! with the latency the daemon modelled (`serve --latency-log`).
 //!
+//! With `--stamps-out`, every request of the first job is written as
+//! `submit_ns wake_ns seen_ns` on `CLOCK_MONOTONIC`, in completion order: when it was
+//! queued, when the client woke for it (0 if it did not sleep), and when `do_io` handed
+//! it back. To stamp its wake-up the client then waits on libblkio's completion fd
+//! itself, as QEMU's blkio driver does (`ppoll`, then `read`, then `do_io` for what is
+//! there), instead of inside `do_io`. `ci/request-path.py` sets these stamps beside a
+//! `serve --trace` of the same run (the trace says where its card time is on
+//! `CLOCK_MONOTONIC`).
+//!
 //! ```text
 //! blkbench --wake-probe-us GAP,... [--seconds S]
 //! ```
@@ -119,6 +128,11 @@ struct Args {
     /// Write the first job's completion latencies here (ns, one per line).
     #[arg(long)]
     latency_out: Option<PathBuf>,
+    /// Write each request of the first job as `submit_ns wake_ns seen_ns`
+    /// (CLOCK_MONOTONIC, completion order; wake_ns 0 when the client did not sleep), and
+    /// wait on the completion fd here instead of inside libblkio's `do_io`.
+    #[arg(long)]
+    stamps_out: Option<PathBuf>,
     /// Busy-poll for completions instead of sleeping until one is signalled, so that the
     /// client's own wake-up latency stays out of the measurement.
     #[arg(long)]
@@ -235,7 +249,15 @@ fn run(args: &Args) -> Result<(), Error> {
     let span = args.span.unwrap_or(capacity).min(capacity);
     let mut rng = Prng::new(0x9E37_79B9_7F4A_7C15);
     for (n, job) in args.jobs.iter().enumerate() {
-        let lat = run_job(&mut q, region.addr, job, span, args, &mut rng)?;
+        let stamps = (n == 0 && args.stamps_out.is_some()).then(Vec::new);
+        let lat = run_job(&mut q, region.addr, job, span, args, &mut rng, stamps)?;
+        if let (Some(stamps), Some(path)) = (&lat.stamps, &args.stamps_out) {
+            let mut text = String::with_capacity(stamps.len() * 40);
+            for s in stamps {
+                text.push_str(&format!("{} {} {}\n", s.submit, s.wake, s.seen));
+            }
+            std::fs::write(path, text).map_err(|e| Error::Io(path.clone(), e))?;
+        }
         if let (0, Some(path)) = (n, &args.latency_out) {
             let mut text = String::with_capacity(lat.requests.len() * 8);
             for l in &lat.requests {
@@ -266,6 +288,47 @@ struct Latencies {
     /// Completion latency of every request, in completion order (ns).
     requests: Vec<u64>,
     seconds: f64,
+    /// With `--stamps-out`: every request's stamps, in completion order.
+    stamps: Option<Vec<Stamps>>,
+}
+
+/// One request as the client saw it, on `CLOCK_MONOTONIC` (ns).
+#[derive(Debug, Clone, Copy)]
+struct Stamps {
+    /// Queued (`blkioq_read` / `blkioq_write`; it reaches the ring in the next `do_io`).
+    submit: u64,
+    /// The client's `ppoll` on the completion fd returned; 0 if it found the completion
+    /// without sleeping.
+    wake: u64,
+    /// `do_io` returned it.
+    seen: u64,
+}
+
+/// Sleep until libblkio's completion fd is readable and clear it, as libblkio's own wait
+/// does; the time `ppoll` returned.
+fn wait_completion_fd(fd: std::os::fd::RawFd) -> std::io::Result<u64> {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: one valid pollfd living across the call; no timeout, no signal mask.
+        let ret = unsafe { libc::ppoll(&mut pfd, 1, std::ptr::null(), std::ptr::null()) };
+        if ret >= 0 {
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    let woke = wake::monotonic_ns();
+    let mut value = 0u64;
+    // SAFETY: reads 8 bytes into a u64 that lives across the call. An eventfd that is not
+    // readable (a spurious wake-up) fails with EAGAIN, which is harmless here.
+    unsafe { libc::read(fd, (&mut value as *mut u64).cast(), 8) };
+    Ok(woke)
 }
 
 /// Keep `job.qd` requests in flight for `seconds`, then drain.
@@ -276,8 +339,25 @@ fn run_job(
     span: usize,
     args: &Args,
     rng: &mut Prng,
+    mut stamps: Option<Vec<Stamps>>,
 ) -> Result<Latencies, Error> {
-    let min_completions = if args.poll { 0 } else { 1 };
+    // With stamps, a sleeping client waits on the completion fd itself, so that it can
+    // tell when it woke; libblkio then signals every completion (notifications stay on).
+    let own_wait = match (&stamps, args.poll) {
+        (Some(_), false) => {
+            let fd = q
+                .get_completion_fd()
+                .ok_or_else(|| Error::Blkio("the queue has no completion fd".into()))?;
+            q.set_completion_fd_enabled(true);
+            Some(fd)
+        }
+        _ => None,
+    };
+    let min_completions = if args.poll || own_wait.is_some() {
+        0
+    } else {
+        1
+    };
     let slots = (span / job.block).max(1) as u64;
     let mut seq = 0u64;
     let mut next_offset = |rng: &mut Prng| -> u64 {
@@ -298,19 +378,32 @@ fn run_job(
         }
     };
     let mut issued_at = vec![Instant::now(); job.qd];
+    let mut issued_mono = vec![0u64; job.qd];
     let mut requests: Vec<u64> = Vec::with_capacity(1 << 20);
     let begin = Instant::now();
     let deadline = begin + Duration::from_secs_f64(args.seconds);
     for (slot, at) in issued_at.iter_mut().enumerate() {
         *at = Instant::now();
+        issued_mono[slot] = wake::monotonic_ns();
         submit(q, slot, next_offset(rng));
     }
     let mut completions: Vec<MaybeUninit<Completion>> =
         (0..job.qd).map(|_| MaybeUninit::uninit()).collect();
     let mut outstanding = job.qd;
+    let mut woke = 0u64;
     while outstanding > 0 {
         let n = q.do_io(&mut completions, min_completions, None, None)?;
+        if let (0, Some(fd)) = (n, own_wait) {
+            woke = wait_completion_fd(fd)
+                .map_err(|e| Error::Blkio(format!("waiting on the completion fd: {e}")))?;
+            continue;
+        }
         let now = Instant::now();
+        let seen = if stamps.is_some() {
+            wake::monotonic_ns()
+        } else {
+            0
+        };
         for c in &completions[..n] {
             // SAFETY: do_io initialised the first `n` entries of `completions`.
             let c = unsafe { c.assume_init_ref() };
@@ -322,17 +415,31 @@ fn run_job(
             }
             let slot = c.user_data;
             requests.push(now.duration_since(issued_at[slot]).as_nanos() as u64);
+            if let Some(stamps) = stamps.as_mut() {
+                stamps.push(Stamps {
+                    submit: issued_mono[slot],
+                    wake: woke,
+                    seen,
+                });
+            }
             if now < deadline {
                 issued_at[slot] = Instant::now();
+                if stamps.is_some() {
+                    issued_mono[slot] = wake::monotonic_ns();
+                }
                 submit(q, slot, next_offset(rng));
             } else {
                 outstanding -= 1;
             }
         }
+        // The completions of one wake-up share its stamp; any later ones were found
+        // without sleeping.
+        woke = 0;
     }
     Ok(Latencies {
         requests,
         seconds: begin.elapsed().as_secs_f64(),
+        stamps,
     })
 }
 

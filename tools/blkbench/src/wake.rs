@@ -26,7 +26,7 @@ use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 const STOP: u64 = 1;
 
 /// `CLOCK_MONOTONIC` in nanoseconds: the same clock in both processes.
-fn monotonic_ns() -> u64 {
+pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
