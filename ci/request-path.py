@@ -10,6 +10,11 @@ split into:
 
 - to the ring: from the client queueing it to the daemon seeing it (libblkio's submit
   path, and the daemon's look at the ring);
+- card started late: how much later the card began it than it could have, had the daemon
+  seen it the instant it was queued. The card does one request at a time, so it begins
+  one at its arrival or at the previous completion, whichever is later: this is
+  `max(arrival, previous due) − max(queued, previous due)`. At a queue depth above one the
+  card is often still busy when a request arrives, and then a late look costs nothing;
 - card: the modelled latency, arrival to due (the daemon's pacing);
 - due → wake: from the instant the completion was due to the client's `ppoll` returning
   (the daemon's lateness, its eventfd write, and the machine waking the client);
@@ -69,12 +74,15 @@ def split(trace, stamps):
     def mono(t):
         return mono0 + (t - card0) * scale
 
-    parts = {k: [] for k in ("to the ring", "card", "due → wake", "wake → seen",
+    parts = {k: [] for k in ("to the ring", "card started late", "card", "due → wake", "wake → seen",
                              "due → seen, no sleep", "round trip", "round trip − card")}
     # The client sees completions in the order the daemon signalled them: by due time.
+    previous_due = float("-inf")
     for (arrival, due), (submit, wake, seen) in zip(sorted(rows, key=lambda r: r[1]), stamped):
         a, d = mono(arrival), mono(due)
         parts["to the ring"].append(a - submit)
+        parts["card started late"].append(max(a, previous_due) - max(submit, previous_due))
+        previous_due = d
         parts["card"].append(d - a)
         if wake:
             parts["due → wake"].append(wake - d)
