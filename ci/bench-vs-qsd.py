@@ -379,11 +379,12 @@ def table_path(args, image, sock, workdir):
     lines = [
         fmt_row(["job (generic-emmc45, client sleeps)", "requests", "to the ring p50 / p99 µs",
                  "card started late p50 / p99 µs", "card p50 µs", "daemon lateness p50 / p99 µs",
+                 "daemon signalled, after due, p50 / p99 µs",
                  "due → client awake p50 / p99 µs",
                  "machine's wake-up after the same sleep, no daemon, p50 / p99 µs",
                  "awake → seen p50 / p99 µs", "round trip − card p50 / p99 µs",
                  "beyond the card and the machine's wake-up p50 / p99 µs"]),
-        fmt_row(["---"] * 11),
+        fmt_row(["---"] * 12),
     ]
     worst = ((float("-inf"), ""), (float("-inf"), ""))
     for job in args.rt_jobs:
@@ -398,6 +399,8 @@ def table_path(args, image, sock, workdir):
         margin = re.findall(r"spin margin ([0-9]+) µs", text)
         lateness = re.findall(r"lateness p50 ([0-9.]+) µs, p99 ([0-9.]+) µs", text)
         lateness = " / ".join(lateness[-1]) if lateness else "?"
+        signalled = re.findall(r"signalled p50 ([0-9.]+) µs, p99 ([0-9.]+) µs after due", text)
+        signalled = " / ".join(signalled[-1]) if signalled else "?"
         parts = split(trace, stamps)
         qd = int(job.rsplit(":", 1)[1])
         # Paced, the client sleeps from one completion to the next: the card's time over
@@ -413,7 +416,7 @@ def table_path(args, image, sock, workdir):
         pq = lambda q: f"{q['p50_us']:.1f} / {q['p99_us']:.1f}"
         lines.append(fmt_row([
             job, str(parts["round trip"]["n"]), pq(ring), pq(late),
-            f"{parts['card']['p50_us']:.1f}", lateness,
+            f"{parts['card']['p50_us']:.1f}", lateness, signalled,
             pq(wake), f"{machine['p50_us']:.1f} / {machine['p99_us']:.1f} (slept {sleep:.0f})",
             pq(reap), pq(parts["round trip − card"]), f"{beyond[0]:.1f} / {beyond[1]:.1f}",
         ]))
@@ -561,8 +564,10 @@ def main():
                   "does one at a time: max(arrival, previous due) − max(queued, previous "
                   "due); at QD8 the card is mostly still busy, and a late look costs "
                   "nothing); due → client awake = from the instant the card "
-                  "finished it to the client's ppoll returning (the daemon's lateness, from "
-                  "its own log, and eventfd write, and the machine waking the client); awake → seen = the "
+                  "finished it to the client's ppoll returning (the daemon's part of it, "
+                  "from its own log: lateness = due to the spin's end, signalled = due to "
+                  "the return of its eventfd write; the rest is the machine waking the "
+                  "client); awake → seen = the "
                   "client reaping it; the machine's wake-up = `blkbench --wake-probe-us` at "
                   "the paced sleep (card p50 / QD), no daemon, just after the row. Beyond = "
                   "card started late + due → awake − the machine's wake-up, as quantiles (the p99 "

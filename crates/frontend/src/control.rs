@@ -109,6 +109,7 @@ pub fn pacing_json(p: &crate::pacing::PacingStats) -> Value {
     json!({
         "completed": p.completed,
         "lateness": latency_json(&p.late),
+        "signalled_after_due": latency_json(&p.signalled),
         "timer_wake_late": latency_json(&p.wake_late),
         "spin_margin_us": p.margin.as_secs_f64() * 1e6,
     })

@@ -111,6 +111,10 @@ pub struct PacingStats {
     pub completed: u64,
     /// Lateness of each completion past its due time.
     pub late: Histogram,
+    /// From each completion's due time to the return of the system call that signalled
+    /// it (the eventfd write), or to the check that found the driver did not want a
+    /// signal: the daemon's whole share of a completion's way to a sleeping client.
+    pub signalled: Histogram,
     /// How late the pacing timer woke the loop past the instant it was armed for.
     pub wake_late: Histogram,
     /// The timer's margin at the end of the session.
@@ -123,11 +127,14 @@ impl PacingStats {
         let us = |ns: u64| ns as f64 / 1e3;
         format!(
             "{} completions, lateness p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs; \
+             signalled p50 {:.1} µs, p99 {:.1} µs after due; \
              timer wake-ups late p50 {:.1} µs, p99 {:.1} µs; spin margin {:.0} µs",
             self.completed,
             us(self.late.quantile(0.5)),
             us(self.late.quantile(0.99)),
             us(self.late.max()),
+            us(self.signalled.quantile(0.5)),
+            us(self.signalled.quantile(0.99)),
             us(self.wake_late.quantile(0.5)),
             us(self.wake_late.quantile(0.99)),
             self.margin.as_secs_f64() * 1e6,
@@ -159,6 +166,9 @@ pub struct Completions {
     /// The instant the timer that woke the loop was armed for, until the loop is ready
     /// to signal (the margin must cover the wake-up and the work done on waking).
     woken: Option<Instant>,
+    /// Due times of the completions on the used ring not yet signalled (kept between
+    /// calls only for its allocation).
+    dues: Vec<Instant>,
 }
 
 impl Completions {
@@ -182,6 +192,7 @@ impl Completions {
             spin: SpinMargin::new(DEFAULT_SPIN, DEFAULT_SPIN_MAX),
             armed: None,
             woken: None,
+            dues: Vec::new(),
         })
     }
 
@@ -293,8 +304,9 @@ impl Completions {
         event_idx: bool,
         watch: &mut dyn FnMut(),
     ) -> io::Result<()> {
-        // Bit q: queue q got used entries not yet notified.
+        // Bit q: queue q got used entries not yet notified; `dues`, their due times.
         let mut used = 0u64;
+        let mut dues = std::mem::take(&mut self.dues);
         while let Some(p) = self.pending.front().copied() {
             let mut now = Instant::now();
             if p.due > now + self.spin.get() {
@@ -306,6 +318,7 @@ impl Completions {
             // later).
             if now < p.due && used != 0 {
                 notify(vrings, event_idx, used)?;
+                self.record_signalled(&mut dues);
                 used = 0;
             }
             self.ready();
@@ -324,6 +337,7 @@ impl Completions {
             };
             vring.add_used(p.head, p.len).map_err(io::Error::other)?;
             used |= 1u64.checked_shl(p.queue as u32).unwrap_or(0);
+            dues.push(p.due);
             log::trace!(
                 "completed {} on queue {} (card time {} ns)",
                 p.head,
@@ -332,9 +346,21 @@ impl Completions {
             );
         }
         notify(vrings, event_idx, used)?;
+        self.record_signalled(&mut dues);
+        self.dues = dues;
         // Woken for the card's own event, or early: the time the work took counts too.
         self.ready();
         Ok(())
+    }
+
+    /// The completions due at `dues` have just been signalled: how long after its due
+    /// time each one was.
+    fn record_signalled(&mut self, dues: &mut Vec<Instant>) {
+        let now = Instant::now();
+        for due in dues.drain(..) {
+            let after = now.saturating_duration_since(due).as_nanos() as u64;
+            self.stats.signalled.record(after);
+        }
     }
 
     /// Arm the timer for the next completion or `wake`, whichever is first (the margin
@@ -840,6 +866,20 @@ mod tests {
         );
         notified += call.read().unwrap_or(0);
         assert_eq!(notified, 2, "one notification per completion");
+        // Each signal is timed from its own due instant, after the lateness that
+        // preceded it: the second one was not counted from the first's.
+        let stats = c.stats();
+        assert_eq!(
+            stats.signalled.count(),
+            2,
+            "each completion's signal is timed"
+        );
+        assert!(stats.signalled.max() >= stats.late.max());
+        assert!(
+            stats.signalled.max() < 40_000_000,
+            "signalled {} ns after due: timed from the wrong instant",
+            stats.signalled.max()
+        );
     }
 
     /// The time left on the timer, from the kernel.
