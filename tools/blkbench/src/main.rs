@@ -305,8 +305,8 @@ struct Stamps {
 }
 
 /// Sleep until libblkio's completion fd is readable and clear it, as libblkio's own wait
-/// does; the time `ppoll` returned.
-fn wait_completion_fd(fd: std::os::fd::RawFd) -> std::io::Result<u64> {
+/// does; the instant `ppoll` returned.
+fn wait_completion_fd(fd: std::os::fd::RawFd) -> std::io::Result<Instant> {
     let mut pfd = libc::pollfd {
         fd,
         events: libc::POLLIN,
@@ -323,7 +323,7 @@ fn wait_completion_fd(fd: std::os::fd::RawFd) -> std::io::Result<u64> {
             return Err(e);
         }
     }
-    let woke = wake::monotonic_ns();
+    let woke = Instant::now();
     let mut value = 0u64;
     // SAFETY: reads 8 bytes into a u64 that lives across the call. An eventfd that is not
     // readable (a spurious wake-up) fails with EAGAIN, which is harmless here.
@@ -378,32 +378,30 @@ fn run_job(
         }
     };
     let mut issued_at = vec![Instant::now(); job.qd];
-    let mut issued_mono = vec![0u64; job.qd];
+    // `Instant` is CLOCK_MONOTONIC on Linux: one reading of both sets every stamp on it.
+    let (anchor, anchor_ns) = (Instant::now(), wake::monotonic_ns());
+    let mono = |at: Instant| anchor_ns + at.duration_since(anchor).as_nanos() as u64;
     let mut requests: Vec<u64> = Vec::with_capacity(1 << 20);
     let begin = Instant::now();
     let deadline = begin + Duration::from_secs_f64(args.seconds);
     for (slot, at) in issued_at.iter_mut().enumerate() {
         *at = Instant::now();
-        issued_mono[slot] = wake::monotonic_ns();
         submit(q, slot, next_offset(rng));
     }
     let mut completions: Vec<MaybeUninit<Completion>> =
         (0..job.qd).map(|_| MaybeUninit::uninit()).collect();
     let mut outstanding = job.qd;
-    let mut woke = 0u64;
+    let mut woke = None;
     while outstanding > 0 {
         let n = q.do_io(&mut completions, min_completions, None, None)?;
         if let (0, Some(fd)) = (n, own_wait) {
-            woke = wait_completion_fd(fd)
-                .map_err(|e| Error::Blkio(format!("waiting on the completion fd: {e}")))?;
+            woke = Some(
+                wait_completion_fd(fd)
+                    .map_err(|e| Error::Blkio(format!("waiting on the completion fd: {e}")))?,
+            );
             continue;
         }
         let now = Instant::now();
-        let seen = if stamps.is_some() {
-            wake::monotonic_ns()
-        } else {
-            0
-        };
         for c in &completions[..n] {
             // SAFETY: do_io initialised the first `n` entries of `completions`.
             let c = unsafe { c.assume_init_ref() };
@@ -417,16 +415,13 @@ fn run_job(
             requests.push(now.duration_since(issued_at[slot]).as_nanos() as u64);
             if let Some(stamps) = stamps.as_mut() {
                 stamps.push(Stamps {
-                    submit: issued_mono[slot],
-                    wake: woke,
-                    seen,
+                    submit: mono(issued_at[slot]),
+                    wake: woke.map_or(0, mono),
+                    seen: mono(now),
                 });
             }
             if now < deadline {
                 issued_at[slot] = Instant::now();
-                if stamps.is_some() {
-                    issued_mono[slot] = wake::monotonic_ns();
-                }
                 submit(q, slot, next_offset(rng));
             } else {
                 outstanding -= 1;
@@ -434,7 +429,7 @@ fn run_job(
         }
         // The completions of one wake-up share its stamp; any later ones were found
         // without sleeping.
-        woke = 0;
+        woke = None;
     }
     Ok(Latencies {
         requests,
