@@ -275,6 +275,27 @@ def read_trace_latencies(path):
     return lat
 
 
+# The pacing figures of the daemon's `session:` line (emmc_frontend::pacing::PacingStats).
+SESSION_FIGURES = {
+    "lateness": r"lateness p50 ([0-9.]+) µs, p99 ([0-9.]+) µs",
+    "signalled": r"signalled p50 ([0-9.]+) µs, p99 ([0-9.]+) µs after due",
+    "timer wake-up": r"wake-ups late p50 ([0-9.]+) µs, p99 ([0-9.]+) µs",
+    "margin": r"spin margin ([0-9]+) µs",
+}
+
+
+def session_figures(log_path):
+    """The last session's pacing figures from a `serve` log, each as 'p50 / p99' (the
+    margin alone); '?' for one the log does not have."""
+    with open(log_path) as f:
+        lines = [line for line in f if "session: " in line]
+    found = {}
+    for name, pattern in SESSION_FIGURES.items():
+        m = re.search(pattern, lines[-1]) if lines else None
+        found[name] = " / ".join(m.groups()) if m else "?"
+    return found
+
+
 def table_realtime(args, image, sock, workdir):
     lines = [
         fmt_row(["job (generic-emmc45)", "client", "requests", "modelled p50/p99 µs",
@@ -306,15 +327,9 @@ def table_realtime(args, image, sock, workdir):
         off = Emmc(image, sock, "generic-emmc45", "off")
         rt = run_one(off, job, max(2.0, args.rt_seconds / 2), poll=poll)
         round_trip = f"{rt['p50_us']:.1f} / {rt['p99_us']:.1f}"
-        lateness, wake, margin = "?", "?", "?"
-        with open(serve_log) as f:
-            for line in f:
-                m = re.search(r"session: .*?lateness (p50 [0-9.]+ µs, p99 [0-9.]+) µs.*?"
-                              r"wake-ups late p50 [0-9.]+ µs, p99 ([0-9.]+) µs; "
-                              r"spin margin ([0-9]+) µs", line)
-                if m:
-                    lateness, wake, margin = m.groups()
-                    lateness = re.sub(r"p50 ([0-9.]+) µs, p99 ", r"\1 / ", lateness)
+        session = session_figures(serve_log)
+        lateness, margin = session["lateness"], session["margin"]
+        wake = session["timer wake-up"].split(" / ")[-1]
         modelled = read_trace_latencies(trace)
         with open(measured_path) as f:
             measured = [int(x) for x in f]
@@ -394,13 +409,8 @@ def table_path(args, image, sock, workdir):
         ours = Emmc(image, sock, "generic-emmc45", "realtime", trace=trace, log=serve_log,
                     extra=args.serve_args.split())
         run_one(ours, job, args.rt_seconds, stamps_out=stamps)
-        with open(serve_log) as f:
-            text = f.read()
-        margin = re.findall(r"spin margin ([0-9]+) µs", text)
-        lateness = re.findall(r"lateness p50 ([0-9.]+) µs, p99 ([0-9.]+) µs", text)
-        lateness = " / ".join(lateness[-1]) if lateness else "?"
-        signalled = re.findall(r"signalled p50 ([0-9.]+) µs, p99 ([0-9.]+) µs after due", text)
-        signalled = " / ".join(signalled[-1]) if signalled else "?"
+        session = session_figures(serve_log)
+        lateness, signalled = session["lateness"], session["signalled"]
         parts = split(trace, stamps)
         qd = int(job.rsplit(":", 1)[1])
         # Paced, the client sleeps from one completion to the next: the card's time over
@@ -422,7 +432,7 @@ def table_path(args, image, sock, workdir):
         ]))
         log(f"path {job}: to the ring {pq(ring)}, card started late {pq(late)}, due → awake {pq(wake)}, machine "
             f"{machine['p50_us']:.1f} / {machine['p99_us']:.1f} µs; spin margin "
-            f"{margin[-1] if margin else '?'} µs")
+            f"{session['margin']} µs")
     return lines, worst
 
 

@@ -25,6 +25,7 @@ Usage: ci/request-path.py TRACE STAMPS [--json]
 """
 
 import json
+import math
 import re
 import sys
 
@@ -60,7 +61,8 @@ def quantiles(values):
     v = sorted(values)
 
     def q(p):
-        return v[min(len(v) - 1, max(0, int(-(-p * len(v) // 1)) - 1))] / 1000
+        # Nearest rank, as blkbench's own quantiles.
+        return v[min(len(v) - 1, max(0, math.ceil(p * len(v)) - 1))] / 1000
 
     return {"n": len(v), "p50_us": q(0.5), "p99_us": q(0.99)}
 
