@@ -653,15 +653,22 @@ fn trace_rows(path: &std::path::Path) -> Vec<Vec<u64>> {
         .collect()
 }
 
+/// A paced rig whose card takes `program_ns` per 4 KiB program (no cache), with a trace
+/// in the returned directory.
+fn paced_traced_rig(program_ns: u64) -> (Rig, tempfile::TempDir, std::path::PathBuf) {
+    let mut m = model(program_ns);
+    m.ext_csd.cache_size = 0;
+    let rig = Rig::new(m, Pacing::Realtime { scale: 1.0 });
+    let dir = tempfile::tempdir().unwrap();
+    let path = rig.trace_into(dir.path());
+    (rig, dir, path)
+}
+
 /// A request that arrives after the card has idled for a while starts when it arrives,
 /// not when the card went idle: its modelled completion is its arrival plus its service.
 #[test]
 fn in_real_time_a_request_never_starts_before_it_arrived() {
-    let mut m = model(3_000_000);
-    m.ext_csd.cache_size = 0;
-    let mut rig = Rig::new(m, Pacing::Realtime { scale: 1.0 });
-    let dir = tempfile::tempdir().unwrap();
-    let path = rig.trace_into(dir.path());
+    let (mut rig, _dir, path) = paced_traced_rig(3_000_000);
     let wait_used = |rig: &mut Rig| {
         let t0 = Instant::now();
         loop {
@@ -709,11 +716,7 @@ fn monotonic_ns() -> u64 {
 /// available, 30 ms after the first one.
 #[test]
 fn a_paced_trace_places_its_card_time_on_the_monotonic_clock() {
-    let mut m = model(3_000_000);
-    m.ext_csd.cache_size = 0;
-    let mut rig = Rig::new(m, Pacing::Realtime { scale: 1.0 });
-    let dir = tempfile::tempdir().unwrap();
-    let path = rig.trace_into(dir.path());
+    let (mut rig, _dir, path) = paced_traced_rig(3_000_000);
     let mut kicked = Vec::new();
     for sector in [0, 64] {
         let before = monotonic_ns();
@@ -754,12 +757,8 @@ fn a_paced_trace_places_its_card_time_on_the_monotonic_clock() {
 /// A paced rig whose card takes 200 ms per 4 KiB program (no cache), with a fixed spin
 /// margin and a trace in the returned directory.
 fn slow_program_rig(margin: Duration) -> (Rig, tempfile::TempDir, std::path::PathBuf) {
-    let mut m = model(200_000_000);
-    m.ext_csd.cache_size = 0;
-    let rig = Rig::new(m, Pacing::Realtime { scale: 1.0 });
+    let (rig, dir, path) = paced_traced_rig(200_000_000);
     rig.backend.set_spin(margin, margin);
-    let dir = tempfile::tempdir().unwrap();
-    let path = rig.trace_into(dir.path());
     (rig, dir, path)
 }
 
