@@ -24,6 +24,12 @@
 //! blkbench --wake-probe-us GAP,... [--seconds S]
 //! ```
 //! measures the machine's own wake-up instead, with no backend: see [`wake`].
+//!
+//! ```text
+//! blkbench --handover-probe BLOCKSIZE [--seconds S]
+//! ```
+//! measures how fast the machine hands freshly written blocks from one CPU to the other,
+//! with no backend: see [`handover`].
 
 use std::io::Write as _;
 use std::mem::MaybeUninit;
@@ -35,6 +41,7 @@ use blkio::{Blkio, Blkioq, Completion, ReqFlags};
 use clap::Parser;
 use emmc_card::timing::prng::Prng;
 
+mod handover;
 mod wake;
 
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +54,8 @@ enum Error {
     Io(PathBuf, std::io::Error),
     #[error("wake-up probe: {0}")]
     Wake(std::io::Error),
+    #[error("hand-over probe: {0}")]
+    Handover(std::io::Error),
 }
 
 impl From<blkio::Error> for Error {
@@ -114,7 +123,7 @@ impl FromStr for Job {
 #[command(about = "Benchmark a vhost-user-blk backend through libblkio")]
 struct Args {
     /// The backend's vhost-user socket.
-    #[arg(long, required_unless_present_any = ["wake_probe_us", "wake_signaller"])]
+    #[arg(long, required_unless_present_any = ["wake_probe_us", "wake_signaller", "handover_probe"])]
     socket: Option<PathBuf>,
     /// Name of the backend in the output.
     #[arg(long, default_value = "backend")]
@@ -145,8 +154,13 @@ struct Args {
     /// The probe's signalling process (started by `--wake-probe-us` itself).
     #[arg(long, hide = true)]
     wake_signaller: Option<String>,
+    /// Instead of jobs: measure how fast this machine hands blocks of this size, freshly
+    /// written on one CPU, to a thread on another that copies them out, for `--seconds`,
+    /// and how fast that copying out goes on one CPU; one JSON object.
+    #[arg(long, value_parser = parse_size, conflicts_with_all = ["socket", "jobs", "wake_probe_us"])]
+    handover_probe: Option<usize>,
     /// Jobs, KIND:BLOCKSIZE:QD, run in order.
-    #[arg(required_unless_present_any = ["wake_probe_us", "wake_signaller"])]
+    #[arg(required_unless_present_any = ["wake_probe_us", "wake_signaller", "handover_probe"])]
     jobs: Vec<Job>,
 }
 
@@ -189,7 +203,9 @@ fn main() {
         }
         return;
     }
-    let result = if args.wake_probe_us.is_empty() {
+    let result = if let Some(block) = args.handover_probe {
+        run_handover_probe(block, args.seconds)
+    } else if args.wake_probe_us.is_empty() {
         run(&args)
     } else {
         run_wake_probe(&args)
@@ -204,6 +220,23 @@ fn print_json(value: &impl serde::Serialize) -> Result<(), Error> {
     let line = serde_json::to_string(value).expect("plain numbers and strings serialise");
     let mut out = std::io::stdout().lock();
     writeln!(out, "{line}").map_err(|e| Error::Io("stdout".into(), e))
+}
+
+#[derive(serde::Serialize)]
+struct HandoverResult {
+    handover_block: usize,
+    seconds: f64,
+    #[serde(flatten)]
+    rates: handover::Rates,
+}
+
+fn run_handover_probe(block: usize, seconds: f64) -> Result<(), Error> {
+    let rates = handover::probe(block, seconds).map_err(Error::Handover)?;
+    print_json(&HandoverResult {
+        handover_block: block,
+        seconds,
+        rates,
+    })
 }
 
 fn run_wake_probe(args: &Args) -> Result<(), Error> {

@@ -1,4 +1,5 @@
-//! `blkbench --wake-probe-us`: the machine's wake-up, measured with no backend.
+//! The machine probes, measured with no backend: `blkbench --wake-probe-us` (its
+//! wake-up) and `blkbench --handover-probe` (its cross-CPU hand-over of fresh blocks).
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -72,5 +73,48 @@ fn a_probe_needs_gaps_that_are_durations_and_jobs_need_a_socket() {
     fails_saying(
         &["--wake-signaller", "1,2"],
         "expected READY_FD,GO_FD,GAP_NS,SECONDS",
+    );
+}
+
+#[test]
+fn the_handover_probe_reports_the_crossing_and_its_reference() {
+    let out = blkbench(
+        &["--handover-probe", "64k", "--seconds", "0.2"],
+        Duration::from_secs(30),
+    );
+    let two_cpus = std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
+    if !two_cpus {
+        // One CPU: nothing to cross, and the probe says so instead of measuring one.
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("needs two CPUs"));
+        return;
+    }
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line: serde_json::Value =
+        serde_json::from_str(String::from_utf8(out.stdout).expect("utf-8").trim())
+            .expect("one JSON object");
+    assert_eq!(line["handover_block"], 65536);
+    for key in ["cross_cpu_gb_per_s", "same_cpu_gb_per_s"] {
+        let rate = line[key].as_f64().unwrap_or(f64::NAN);
+        // At least one 64 KiB block in 0.2 s, and no machine copies a petabyte a second:
+        // a rate outside that is a broken measurement (a zero count, a zero time).
+        assert!(rate > 64e3 / 0.2 / 1e9 && rate < 1e6, "{key}: {line}");
+    }
+}
+
+#[test]
+fn the_handover_probe_refuses_nothing_to_measure() {
+    fails_saying(&["--handover-probe", "0"], "is nothing to measure");
+    fails_saying(
+        &["--handover-probe", "64k", "--seconds", "0"],
+        "is nothing to measure",
+    );
+    fails_saying(
+        &["--handover-probe", "64k", "randread:4k:1"],
+        "cannot be used with",
     );
 }
