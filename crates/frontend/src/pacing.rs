@@ -60,6 +60,17 @@ pub struct Clock {
     pub scale: f64,
 }
 
+/// `CLOCK_MONOTONIC` now, in nanoseconds: the clock clients stamp their requests on.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 impl Clock {
     /// A clock on which card time `card0` is now.
     pub fn start(card0: Nanos, pacing: Pacing) -> Clock {
@@ -79,14 +90,8 @@ impl Clock {
     pub fn wall0_monotonic_ns(&self) -> u64 {
         // `Instant` is CLOCK_MONOTONIC on Linux; the two readings below are a few tens of
         // nanoseconds apart.
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
         let now = Instant::now();
-        // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        let mono = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+        let mono = monotonic_ns();
         mono.saturating_sub(now.saturating_duration_since(self.wall0).as_nanos() as u64)
     }
 

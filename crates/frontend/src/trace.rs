@@ -8,6 +8,8 @@ use std::path::Path;
 use emmc_card::timing::Nanos;
 use emmc_host::trace::TraceWriter;
 
+use crate::pacing::Clock;
+
 /// Where `serve --trace` writes.
 pub type TraceSink = TraceWriter<BufWriter<std::fs::File>>;
 
@@ -21,6 +23,17 @@ pub fn open(path: &Path, origin: Nanos, heading: &str) -> Result<TraceSink, Stri
     let file = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
     TraceWriter::new(BufWriter::with_capacity(BUFFER, file), origin, heading)
         .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The comment that places a trace's card time on `CLOCK_MONOTONIC` when a paced
+/// session's clock starts (docs/trace-format.md), `card0` being the clock's start as the
+/// trace counts time.
+pub fn clock_comment(card0: Nanos, clock: &Clock) -> String {
+    format!(
+        "clock: card time {card0} ns is CLOCK_MONOTONIC {} ns, scale {}",
+        clock.wall0_monotonic_ns(),
+        clock.scale
+    )
 }
 
 /// Stop tracing after a write error, saying so once.

@@ -279,12 +279,7 @@ impl Inner {
     fn start_clock(&mut self) -> Clock {
         let clock = Clock::start(self.target.now(), self.pacing);
         if let Some(t) = self.trace.as_mut() {
-            let text = format!(
-                "clock: card time {} ns is CLOCK_MONOTONIC {} ns, scale {}",
-                t.trace_time(clock.card0),
-                clock.wall0_monotonic_ns(),
-                clock.scale
-            );
+            let text = crate::trace::clock_comment(t.trace_time(clock.card0), &clock);
             let result = t.comment(&text);
             crate::trace::stop_on_error(&mut self.trace, result);
         }

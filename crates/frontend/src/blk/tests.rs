@@ -699,23 +699,13 @@ fn in_real_time_a_request_never_starts_before_it_arrived() {
     );
 }
 
-/// `CLOCK_MONOTONIC` now, in nanoseconds: the clock a client stamps its requests on.
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// A paced trace says where its card time is on CLOCK_MONOTONIC, so that a client's own
 /// stamps can be set beside it (`ci/request-path.py`): a request's arrival, taken there,
 /// falls between the instants the driver read just before and just after making it
 /// available, 30 ms after the first one.
 #[test]
 fn a_paced_trace_places_its_card_time_on_the_monotonic_clock() {
+    use crate::pacing::monotonic_ns;
     let (mut rig, _dir, path) = paced_traced_rig(3_000_000);
     let mut kicked = Vec::new();
     for sector in [0, 64] {

@@ -244,15 +244,27 @@ impl Inner {
 
     /// Card time of a request arriving now.
     fn arrival(&mut self) -> Nanos {
-        let card0 = self.device.now();
-        let pacing = self.pacing;
-        let clock = *self
-            .clock
-            .get_or_insert_with(|| Clock::start(card0, pacing));
+        let clock = match self.clock {
+            Some(clock) => clock,
+            None => self.start_clock(),
+        };
         match self.pacing {
             Pacing::Realtime { .. } => clock.card_at(Instant::now()),
             Pacing::Off => self.device.now(),
         }
+    }
+
+    /// Start the clock at the card's present time; paced, say in the trace where that
+    /// is on `CLOCK_MONOTONIC`, as the blk transport does (docs/trace-format.md).
+    fn start_clock(&mut self) -> Clock {
+        let clock = Clock::start(self.device.now(), self.pacing);
+        if let (Pacing::Realtime { .. }, Some(t)) = (self.pacing, self.trace.as_mut()) {
+            let text = crate::trace::clock_comment(t.trace_time(clock.card0), &clock);
+            let result = t.comment(&text);
+            stop_on_error(&mut self.trace, result);
+        }
+        self.clock = Some(clock);
+        clock
     }
 
     /// When a completion at card time `t` is due on the wall clock.

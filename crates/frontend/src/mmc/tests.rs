@@ -862,6 +862,72 @@ fn realtime_pacing_holds_completions_until_their_card_time() {
     assert!(stats.wake_late.count() >= 1, "the timer fired");
 }
 
+/// Paced, the mmc transport's trace says where its card time is on CLOCK_MONOTONIC, as
+/// the blk transport's does: each request's arrival, taken there, falls between the
+/// instants the driver read just before and just after making it available.
+#[test]
+fn a_paced_trace_places_its_card_time_on_the_monotonic_clock() {
+    use crate::pacing::monotonic_ns;
+    let mut rig = Rig::new(model(0), Pacing::Realtime { scale: 1.0 });
+    let file = tempfile::NamedTempFile::new().unwrap();
+    rig.backend
+        .set_trace(crate::trace::open(file.path(), rig.backend.card_now(), "test").unwrap());
+    let mut kicked = Vec::new();
+    for (op, arg, rt) in [(0, 0, RESP_NONE), (1, HOST_OCR, RESP_R3)] {
+        rig.stage(hdr(cmd(op, arg, rt)), &[]);
+        let before = monotonic_ns();
+        rig.kick(REQUEST_QUEUE as u16);
+        kicked.push((before, monotonic_ns()));
+        let t0 = Instant::now();
+        while rig.used(REQUEST_QUEUE).is_empty() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "CMD{op} never completed"
+            );
+            rig.tick();
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    rig.backend.shutdown();
+    let text = std::fs::read_to_string(file.path()).unwrap();
+    let anchors: Vec<(u64, u64)> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# clock: card time "))
+        .map(|rest| {
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            assert_eq!(
+                (f[1], f[2], f[3], f[5], f[6], f[7]),
+                ("ns", "is", "CLOCK_MONOTONIC", "ns,", "scale", "1"),
+                "{rest}"
+            );
+            (f[0].parse().unwrap(), f[4].parse().unwrap())
+        })
+        .collect();
+    assert_eq!(anchors.len(), 1, "one clock line per session:\n{text}");
+    let (card0, mono0) = anchors[0];
+    // CMD0 and CMD1 have no trace operation: each is a comment `# <time> CMDn ...`.
+    let arrivals: Vec<u64> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# "))
+        .filter(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .is_some_and(|w| w.starts_with("CMD"))
+        })
+        .map(|l| l.split_whitespace().next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(arrivals.len(), 2, "{text}");
+    for (at, (before, after)) in arrivals.into_iter().zip(kicked) {
+        let arrival = mono0 + (at - card0);
+        assert!(
+            before <= arrival && arrival <= after,
+            "arrival at {arrival} ns on CLOCK_MONOTONIC, made available between {before} \
+             and {after}"
+        );
+    }
+}
+
 #[test]
 fn urgent_bkops_posts_an_exception_and_a_bkops_event_once() {
     let mut rig = Rig::new(model(0), Pacing::Off);

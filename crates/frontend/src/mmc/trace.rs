@@ -220,6 +220,16 @@ impl<W: Write> CommandTracer<W> {
     }
 
     /// Write every held line that arrived at or before `upto` ([`Order::Completion`]).
+    /// A comment line, written at once ([`TraceWriter::comment`]).
+    pub fn comment(&mut self, text: &str) -> std::io::Result<()> {
+        self.out.comment(text)
+    }
+
+    /// Card time `at` as the trace writes it ([`TraceWriter::trace_time`]).
+    pub fn trace_time(&self, at: Nanos) -> Nanos {
+        self.out.trace_time(at)
+    }
+
     pub fn release(&mut self, upto: Nanos) -> std::io::Result<()> {
         self.out.release(upto)
     }
@@ -301,5 +311,15 @@ impl<W: Write> MmcTracer<W> {
     /// Write everything out and flush.
     pub fn flush(&mut self) -> std::io::Result<()> {
         self.inner.flush()
+    }
+
+    /// A comment line, written at once.
+    pub fn comment(&mut self, text: &str) -> std::io::Result<()> {
+        self.inner.comment(text)
+    }
+
+    /// Card time `at` as the trace writes it.
+    pub fn trace_time(&self, at: Nanos) -> Nanos {
+        self.inner.trace_time(at)
     }
 }
