@@ -43,3 +43,21 @@ pub fn stop_on_error(trace: &mut Option<impl Sized>, result: std::io::Result<()>
         *trace = None;
     }
 }
+
+/// The clock lines of a trace as (card time, `CLOCK_MONOTONIC`) pairs, each checked for
+/// the format docs/trace-format.md gives, with scale 1 (tests of both transports).
+#[cfg(test)]
+pub(crate) fn clock_anchors(text: &str) -> Vec<(u64, u64)> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("# clock: card time "))
+        .map(|rest| {
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            assert_eq!(
+                f.get(1..8),
+                Some(&["ns", "is", "CLOCK_MONOTONIC", f[4], "ns,", "scale", "1"][..]),
+                "{rest}"
+            );
+            (f[0].parse().unwrap(), f[4].parse().unwrap())
+        })
+        .collect()
+}

@@ -717,19 +717,7 @@ fn a_paced_trace_places_its_card_time_on_the_monotonic_clock() {
     }
     rig.backend.shutdown();
     let text = std::fs::read_to_string(&path).unwrap();
-    let anchors: Vec<(u64, u64)> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("# clock: card time "))
-        .map(|rest| {
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            assert_eq!(
-                (f[1], f[2], f[3], f[5], f[6]),
-                ("ns", "is", "CLOCK_MONOTONIC", "ns,", "scale"),
-                "{rest}"
-            );
-            (f[0].parse().unwrap(), f[4].parse().unwrap())
-        })
-        .collect();
+    let anchors = crate::trace::clock_anchors(&text);
     assert_eq!(anchors.len(), 1, "one clock line per session:\n{text}");
     let (card0, mono0) = anchors[0];
     let rows = trace_rows(&path);

@@ -891,19 +891,7 @@ fn a_paced_trace_places_its_card_time_on_the_monotonic_clock() {
     }
     rig.backend.shutdown();
     let text = std::fs::read_to_string(file.path()).unwrap();
-    let anchors: Vec<(u64, u64)> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("# clock: card time "))
-        .map(|rest| {
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            assert_eq!(
-                (f[1], f[2], f[3], f[5], f[6], f[7]),
-                ("ns", "is", "CLOCK_MONOTONIC", "ns,", "scale", "1"),
-                "{rest}"
-            );
-            (f[0].parse().unwrap(), f[4].parse().unwrap())
-        })
-        .collect();
+    let anchors = crate::trace::clock_anchors(&text);
     assert_eq!(anchors.len(), 1, "one clock line per session:\n{text}");
     let (card0, mono0) = anchors[0];
     // CMD0 and CMD1 have no trace operation: each is a comment `# <time> CMDn ...`.
