@@ -61,6 +61,8 @@ JOBS = ["randread:4k:1", "randread:4k:32", "randwrite:4k:1", "randwrite:4k:32",
 REALTIME_JOBS = ["randread:4k:1", "randwrite:4k:1", "read:128k:1", "write:128k:1",
                  "randread:4k:8", "randwrite:4k:8", "read:128k:8", "write:128k:8"]
 SPAN = "1g"
+# Seconds of each hand-over probe beside a large write's round.
+HANDOVER_SECONDS = 1.0
 
 
 def log(msg):
@@ -253,7 +255,7 @@ def table_vs_qsd(args, image, sock):
         for job in jobs:
             for key, backend in (("qsd", qsd), ("ours", ours)):
                 probe = key == "ours" and large_write(job)
-                block = parse_size(job.split(":")[1])
+                block = parse_size(job.split(":")[1]) if probe else None
                 before = handover_probe(block, HANDOVER_SECONDS) if probe else None
                 res = run_one(backend, job, args.seconds, poll=args.client_polls)
                 rounds[job][key].append(res)
@@ -300,10 +302,6 @@ def table_vs_qsd(args, image, sock):
             f"{p50_ratio:.2f}×", *kernel,
         ]))
     return lines, summary, handovers
-
-
-# Seconds of each hand-over probe beside a large write's round.
-HANDOVER_SECONDS = 1.0
 
 
 def table_handover(handovers):
