@@ -22,6 +22,9 @@ use std::time::{Duration, Instant};
 /// Buffers in flight between the two threads (the daemon's writer queue holds up to 64
 /// such writes; a few are enough to keep both threads busy).
 const RING: usize = 8;
+/// The largest block measured: the probe holds `RING + SINK` of them (640 MiB at most).
+const MAX_BLOCK: usize = 16 << 20;
+
 /// Buffers the consumer copies into: a few times the ring, so its writes are not all in
 /// one cache-hot buffer (the writer's destination is the image, not a reused buffer).
 const SINK: usize = 32;
@@ -190,6 +193,13 @@ pub fn probe(block: usize, seconds: f64) -> io::Result<Rates> {
             "a block of {block} bytes for {seconds} s is nothing to measure"
         )));
     }
+    if block > MAX_BLOCK {
+        return Err(io::Error::other(format!(
+            "a block of {block} bytes is over the {MAX_BLOCK} the probe copies \
+             (it holds {} of them)",
+            RING + SINK
+        )));
+    }
     let cpus = two_cpus()?;
     Ok(Rates {
         cross_cpu_gb_per_s: cross_cpu(block, seconds, cpus)?,
@@ -206,5 +216,7 @@ mod tests {
         assert!(probe(0, 1.0).is_err());
         assert!(probe(4096, 0.0).is_err());
         assert!(probe(4096, f64::NAN).is_err());
+        let too_big = probe(MAX_BLOCK + 1, 1.0).unwrap_err().to_string();
+        assert!(too_big.contains("is over"), "{too_big}");
     }
 }
