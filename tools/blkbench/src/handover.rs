@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 /// Buffers in flight between the two threads (the daemon's writer queue holds up to 64
 /// such writes; a few are enough to keep both threads busy).
 const RING: usize = 8;
+
 /// The largest block measured: the probe holds `RING + SINK` of them (640 MiB at most).
 const MAX_BLOCK: usize = 16 << 20;
 
