@@ -30,7 +30,7 @@ use std::sync::atomic::AtomicU8;
 use std::sync::Arc;
 
 use super::handoff::{self, withdraw, COPIED, QUEUED};
-use super::writer::{overlaps, Priority, Worker};
+use super::writer::{overlaps, Worker};
 
 /// A read the owner will make in this round: `len` bytes of the image at `offset`, into
 /// the memory at `dest`.
@@ -92,7 +92,7 @@ impl Prefetcher {
     /// Start the helper on its own handle of `file`.
     pub fn start(file: &File) -> io::Result<Prefetcher> {
         let file = file.try_clone()?;
-        let worker = Worker::start("image-prefetch", Priority::Caller, move |batch: Batch| {
+        let worker = Worker::start("image-prefetch", move |batch: Batch| {
             for (read, state) in batch.reads.iter().zip(batch.states.iter()) {
                 if !handoff::begin(state) {
                     continue; // withdrawn

@@ -95,51 +95,6 @@ pub(super) fn overlaps((o, l): (u64, u64), offset: u64, len: u64) -> bool {
     o < offset.saturating_add(len) && offset < o.saturating_add(l)
 }
 
-/// How many nice levels the image writer runs below the thread that feeds it.
-///
-/// The device thread hands the writer a destaged run and goes on; on waking, the writer
-/// was often put on the device thread's own CPU and, at the same priority, took it from
-/// the device thread for as long as its copy ran: 103 µs at the median and up to 548 µs,
-/// 902 times in 5 s of paced 128 KiB writes at QD8, while the device thread was spinning
-/// out a completion's last microseconds (docs/performance.md, issue 16's seventeenth
-/// session). Ten levels below, the writer no longer preempts it and waits for a CPU the
-/// device thread leaves; against a busy thread of the caller's priority it still gets
-/// about a tenth of a CPU, so a caller waiting for it (a flush, a full queue) is not
-/// starved, as it could be with `SCHED_IDLE`.
-pub const BACKGROUND_NICE: i32 = 10;
-
-/// How a helper thread is scheduled against the thread that feeds it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Priority {
-    /// The caller's own: the caller waits for the helper's work (halves of a large read,
-    /// prefetches), so the helper must not lose the CPU to anything the caller would not.
-    Caller,
-    /// [`BACKGROUND_NICE`] levels lower: the caller does not wait for the work as it is
-    /// done (the image writer), and the helper must not take the CPU from the caller.
-    Background,
-}
-
-/// Lower the calling thread's priority by `levels` nice levels (to 19 at most); its new
-/// nice value. On Linux the nice value is the thread's own (setpriority(2), NOTES), so
-/// the rest of the process keeps its priority.
-fn lower_own_priority(levels: i32) -> io::Result<i32> {
-    // SAFETY: getpriority and setpriority on the calling thread (`who` 0) with plain
-    // integers, and the calling thread's errno, which is cleared first because -1 is a
-    // valid nice value.
-    unsafe {
-        *libc::__errno_location() = 0;
-        let now = libc::getpriority(libc::PRIO_PROCESS, 0);
-        if now == -1 && *libc::__errno_location() != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let nice = now.saturating_add(levels).min(19);
-        if libc::setpriority(libc::PRIO_PROCESS, 0, nice) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(nice)
-    }
-}
-
 /// A thread doing the jobs sent to it, in order; dropping it closes the channel and
 /// waits for the thread to finish what it was sent.
 pub(super) struct Worker<T> {
@@ -149,24 +104,17 @@ pub(super) struct Worker<T> {
 }
 
 impl<T: Send + 'static> Worker<T> {
-    /// Start a thread named `name`, scheduled as `priority` says, that does `work` for
-    /// each job sent, in order. While jobs come close together it polls for the next one
-    /// for [`POLL_BETWEEN_JOBS`] before it goes to sleep (`next_job`).
+    /// Start a thread named `name` that does `work` for each job sent, in order. While
+    /// jobs come close together it polls for the next one for [`POLL_BETWEEN_JOBS`]
+    /// before it goes to sleep (`next_job`).
     pub(super) fn start(
         name: &'static str,
-        priority: Priority,
         mut work: impl FnMut(T) + Send + 'static,
     ) -> io::Result<Self> {
         let (tx, rx) = mpsc::channel::<T>();
         let thread = std::thread::Builder::new()
             .name(name.into())
             .spawn(move || {
-                if priority == Priority::Background {
-                    // Only the timing suffers if this fails: the thread works as before.
-                    if let Err(e) = lower_own_priority(BACKGROUND_NICE) {
-                        log::warn!("the {name} thread keeps its priority: {e}");
-                    }
-                }
                 let mut streaming = false;
                 while let Some(job) = next_job(&rx, POLL_BETWEEN_JOBS, &mut streaming) {
                     work(job);
@@ -299,47 +247,43 @@ impl Writer {
         let thread_map = map.clone();
         let shared = Arc::new(Shared::default());
         let on_thread = Arc::clone(&shared);
-        let worker = Worker::start(
-            "image-writer",
-            Priority::Background,
-            move |jobs: Vec<Job>| {
-                let mut mapped_writes = 0;
-                let results: Vec<io::Result<()>> = jobs
-                    .iter()
-                    .map(|job| {
-                        let large = job.buf.len() >= MIN_QUEUED_BYTES;
-                        if let Some(m) = thread_map.as_ref().filter(|_| large) {
-                            if write_mapped(m, &job.buf, job.offset) {
-                                mapped_writes += 1;
-                                return Ok(());
-                            }
+        let worker = Worker::start("image-writer", move |jobs: Vec<Job>| {
+            let mut mapped_writes = 0;
+            let results: Vec<io::Result<()>> = jobs
+                .iter()
+                .map(|job| {
+                    let large = job.buf.len() >= MIN_QUEUED_BYTES;
+                    if let Some(m) = thread_map.as_ref().filter(|_| large) {
+                        if write_mapped(m, &job.buf, job.offset) {
+                            mapped_writes += 1;
+                            return Ok(());
                         }
-                        file.write_all_at(&job.buf, job.offset)
-                    })
-                    .collect();
-                let mut s = on_thread.lock();
-                s.mapped_writes += mapped_writes;
-                for (mut job, result) in jobs.into_iter().zip(results) {
-                    let len = job.buf.len() as u64;
-                    if let Some(i) = s.pending.iter().position(|&p| p == (job.offset, len)) {
-                        s.pending.swap_remove(i);
                     }
-                    s.pending_bytes -= job.buf.len();
-                    if let Err(e) = result {
-                        log::error!("image write of {len} bytes at offset {}: {e}", job.offset);
-                        s.error.get_or_insert(e);
-                    }
-                    // Only buffers of the size queued writes have are worth keeping: small
-                    // ones would stand in for a destage buffer and have to grow.
-                    if s.spare.len() < SPARE_BUFFERS && job.buf.capacity() >= MIN_QUEUED_BYTES {
-                        job.buf.clear();
-                        s.spare.push(job.buf);
-                    }
+                    file.write_all_at(&job.buf, job.offset)
+                })
+                .collect();
+            let mut s = on_thread.lock();
+            s.mapped_writes += mapped_writes;
+            for (mut job, result) in jobs.into_iter().zip(results) {
+                let len = job.buf.len() as u64;
+                if let Some(i) = s.pending.iter().position(|&p| p == (job.offset, len)) {
+                    s.pending.swap_remove(i);
                 }
-                drop(s);
-                on_thread.changed.notify_all();
-            },
-        )?;
+                s.pending_bytes -= job.buf.len();
+                if let Err(e) = result {
+                    log::error!("image write of {len} bytes at offset {}: {e}", job.offset);
+                    s.error.get_or_insert(e);
+                }
+                // Only buffers of the size queued writes have are worth keeping: small
+                // ones would stand in for a destage buffer and have to grow.
+                if s.spare.len() < SPARE_BUFFERS && job.buf.capacity() >= MIN_QUEUED_BYTES {
+                    job.buf.clear();
+                    s.spare.push(job.buf);
+                }
+            }
+            drop(s);
+            on_thread.changed.notify_all();
+        })?;
         Ok(Writer {
             shared,
             worker,
@@ -595,7 +539,7 @@ impl Reader {
         let gate = Arc::new(Mutex::new(()));
         #[cfg(test)]
         let held = Arc::clone(&gate);
-        let worker = Worker::start("image-reader", Priority::Caller, move |job: HalfRead| {
+        let worker = Worker::start("image-reader", move |job: HalfRead| {
             #[cfg(test)]
             let _open = held.lock();
             if !handoff::begin(&job.state) {
@@ -649,49 +593,6 @@ mod tests {
 
     fn file() -> (tempfile::TempDir, File) {
         crate::store::scratch_file(64 << 20)
-    }
-
-    /// The nice value of thread `tid` of this process, as the kernel has it (field 19 of
-    /// its `stat`, counted after the command name, which may hold spaces).
-    fn nice_of(tid: i32) -> i32 {
-        let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
-        let after_name = &stat[stat.rfind(')').unwrap() + 2..];
-        after_name.split(' ').nth(16).unwrap().parse().unwrap()
-    }
-
-    /// This process's threads named `name`.
-    fn threads_named(name: &str) -> Vec<i32> {
-        std::fs::read_dir("/proc/self/task")
-            .unwrap()
-            .filter_map(|e| {
-                let tid: i32 = e.ok()?.file_name().to_str()?.parse().ok()?;
-                let comm = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).ok()?;
-                (comm.trim_end() == name).then_some(tid)
-            })
-            .collect()
-    }
-
-    #[test]
-    fn the_writer_thread_runs_below_its_caller_who_keeps_its_priority() {
-        let (_d, f) = file();
-        // SAFETY: gettid has no preconditions.
-        let caller = unsafe { libc::gettid() };
-        let before = nice_of(caller);
-        let mut w = Writer::start(&f, false).unwrap();
-        // A write through the thread: it has started, and lowered its priority first.
-        w.submit(0, vec![1; MIN_QUEUED_BYTES]);
-        w.drain().unwrap();
-        let expected = (before + BACKGROUND_NICE).min(19);
-        let writers: Vec<(i32, i32)> = threads_named("image-writer")
-            .into_iter()
-            .map(|t| (t, nice_of(t)))
-            .collect();
-        // Other tests' writers may be starting meanwhile; this one has run a job.
-        assert!(
-            writers.iter().any(|&(_, nice)| nice == expected),
-            "no image-writer thread at nice {expected}: {writers:?}"
-        );
-        assert_eq!(nice_of(caller), before, "the caller keeps its priority");
     }
 
     #[test]
