@@ -611,7 +611,12 @@ impl SpinMargin {
         }
         self.next = (self.next + 1) % WINDOW;
         self.since_refresh += 1;
-        if self.since_refresh >= REFRESH {
+        // Until the window holds `REFRESH` wake-ups, each one refreshes the margin. A
+        // daemon's first completions would otherwise all be paced with the starting
+        // margin: a paced 128 KiB write brings 100–500 µs of work on waking, and the
+        // first 12 of a run came 37–398 µs late, half of all the late ones in 6 s
+        // (docs/performance.md, issue 16's seventeenth session).
+        if self.since_refresh >= REFRESH || self.recent.len() < REFRESH as usize {
             self.since_refresh = 0;
             self.refresh();
         }
@@ -944,6 +949,25 @@ mod tests {
             m.observe(5000 * US);
         }
         assert_eq!(m.get(), 1000 * US, "never past the ceiling");
+    }
+
+    #[test]
+    fn the_first_wake_ups_set_the_margin_at_once() {
+        let mut m = SpinMargin::new(50 * US, 1000 * US);
+        m.observe(400 * US);
+        assert_eq!(m.get(), 420 * US, "the first wake-up is covered at once");
+        for _ in 1..REFRESH {
+            m.observe(10 * US);
+        }
+        assert_eq!(
+            m.get(),
+            420 * US,
+            "a young window keeps its worst wake-up covered"
+        );
+        for _ in 0..WINDOW {
+            m.observe(10 * US);
+        }
+        assert_eq!(m.get(), 50 * US, "and forgets it as any other once it is full");
     }
 
     #[test]
