@@ -967,7 +967,11 @@ mod tests {
         for _ in 0..WINDOW {
             m.observe(10 * US);
         }
-        assert_eq!(m.get(), 50 * US, "and forgets it as any other once it is full");
+        assert_eq!(
+            m.get(),
+            50 * US,
+            "and forgets it as any other once it is full"
+        );
     }
 
     #[test]
