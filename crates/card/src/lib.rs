@@ -441,6 +441,21 @@ impl Card {
         self.store.end_batch();
     }
 
+    /// As [`Card::end_batch`], where a completion is due soon: the store writes what it
+    /// holds only if that is quick, and hands nothing to a helper thread
+    /// ([`Store::end_batch_here`]).
+    pub fn end_batch_here(&mut self) {
+        self.store.end_batch_here();
+    }
+
+    /// The frontend paces completions and ends its rounds only where a hand-over to the
+    /// store's writer thread cannot delay one: the store may hold large writes back until
+    /// then too ([`Store::hold_large_writes`]). Again, only when the image gets the data
+    /// changes.
+    pub fn hold_large_writes(&mut self, on: bool) {
+        self.store.hold_large_writes(on);
+    }
+
     /// The frontend will read these user-area ranges in this round, each as
     /// `(lba, dest, len)` into memory of its own: the store may start copying them
     /// there now ([`Store::prefetch`]). What the card reads and reports does not

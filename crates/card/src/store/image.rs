@@ -76,6 +76,8 @@ pub struct ImageStore {
     /// The writer thread copies large writes into a mapping of the image
     /// (`set_mapped_writes`; on by default).
     mapped_writes: bool,
+    /// Large writes are held back as small ones are (`Store::hold_large_writes`).
+    hold_large_writes: bool,
     /// Large reads are split with this thread (`set_io_threads` too).
     reader: Option<Reader>,
     /// A round's smaller reads are copied ahead on this thread (`set_io_threads` too).
@@ -162,8 +164,10 @@ impl ImageStore {
     pub fn set_io_threads(&mut self, on: bool) -> Result<(), StoreError> {
         match (on, self.writer.is_some()) {
             (true, false) => {
-                let writer = Writer::start(&self.file, self.mapped_writes);
-                self.writer = Some(writer.map_err(|e| self.io(e))?);
+                let mut writer =
+                    Writer::start(&self.file, self.mapped_writes).map_err(|e| self.io(e))?;
+                writer.hold_large_writes(self.hold_large_writes);
+                self.writer = Some(writer);
                 self.reader = Some(Reader::start(&self.file).map_err(|e| self.io(e))?);
                 self.prefetcher = Some(Prefetcher::start(&self.file).map_err(|e| self.io(e))?);
             }
@@ -275,6 +279,7 @@ impl ImageStore {
             syncs: 0,
             writer: None,
             mapped_writes: true,
+            hold_large_writes: false,
             reader: None,
             prefetcher: None,
         })
@@ -351,6 +356,7 @@ impl ImageStore {
             syncs: 0,
             writer: None,
             mapped_writes: true,
+            hold_large_writes: false,
             reader: None,
             prefetcher: None,
         })
@@ -463,16 +469,21 @@ impl Store for ImageStore {
         self.invalidate_prefetch(offset, buf.len() as u64);
         match &mut self.writer {
             // Large writes are queued; small ones wait for the end of the round
-            // (`end_batch`) once the owner ends rounds.
+            // (`end_batch`) once the owner ends rounds, and large ones too if the owner
+            // asked for it (`hold_large_writes`).
             Some(w) if buf.len() >= MIN_QUEUED_BYTES || w.batching() => {
                 if let Some(e) = w.take_error() {
                     return Err(io_error(&self.path, e));
                 }
                 let data = std::mem::take(buf);
-                if data.len() >= MIN_QUEUED_BYTES {
-                    *buf = w.submit(offset, data);
-                } else {
+                if w.holds(data.len()) {
+                    let large = data.len() >= MIN_QUEUED_BYTES;
                     w.stage(offset, data);
+                    if large {
+                        *buf = w.spare_buffer();
+                    }
+                } else {
+                    *buf = w.submit(offset, data);
                 }
                 Ok(())
             }
@@ -506,6 +517,19 @@ impl Store for ImageStore {
     fn end_batch(&mut self) {
         if let Some(w) = &mut self.writer {
             w.end_batch();
+        }
+    }
+
+    fn end_batch_here(&mut self) {
+        if let Some(w) = &mut self.writer {
+            w.end_batch_here();
+        }
+    }
+
+    fn hold_large_writes(&mut self, on: bool) {
+        self.hold_large_writes = on;
+        if let Some(w) = &mut self.writer {
+            w.hold_large_writes(on);
         }
     }
 
@@ -915,6 +939,63 @@ mod tests {
         store.write_owned(user + 16384, &mut buf).unwrap();
         store.end_batch();
         assert_eq!(in_file(user + 16384), pattern(5, 4096));
+    }
+
+    #[test]
+    fn a_paced_owner_has_large_writes_held_for_the_round_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, mut store) = new_image(&dir);
+        // Asked before the writer thread exists: the thread starts holding.
+        store.hold_large_writes(true);
+        store.set_io_threads(true).unwrap();
+        let user = layout().user_offset();
+        let in_file = |off: u64, len: usize| {
+            let mut b = vec![0u8; len];
+            File::open(&path)
+                .unwrap()
+                .read_exact_at(&mut b, off)
+                .unwrap();
+            b
+        };
+        const LARGE: usize = 128 << 10;
+        // Before the owner ends a round, a large write is queued as before.
+        let mut buf = pattern(1, LARGE);
+        store.write_owned(user, &mut buf).unwrap();
+        store.sync().unwrap();
+        assert_eq!(in_file(user, LARGE), pattern(1, LARGE));
+        store.end_batch();
+        let mut buf = pattern(2, LARGE);
+        store.write_owned(user + (1 << 20), &mut buf).unwrap();
+        assert_eq!(
+            in_file(user + (1 << 20), LARGE),
+            vec![0; LARGE],
+            "held back until the round ends"
+        );
+        // A read of the range sees it all the same.
+        let mut back = vec![0u8; LARGE];
+        store.read_at(user + (1 << 20), &mut back).unwrap();
+        assert_eq!(back, pattern(2, LARGE));
+        // A sync (a cache flush) puts it in the file before the card acknowledges it.
+        let mut buf = pattern(3, LARGE);
+        store.write_owned(user + (2 << 20), &mut buf).unwrap();
+        store.sync().unwrap();
+        assert_eq!(in_file(user + (2 << 20), LARGE), pattern(3, LARGE));
+        // The end of the round hands it to the writer thread.
+        let mut buf = pattern(4, LARGE);
+        store.write_owned(user + (3 << 20), &mut buf).unwrap();
+        store.end_batch();
+        store.sync().unwrap();
+        assert_eq!(in_file(user + (3 << 20), LARGE), pattern(4, LARGE));
+        // Off again: queued at once, and nothing stays held.
+        let mut buf = pattern(5, LARGE);
+        store.write_owned(user + (4 << 20), &mut buf).unwrap();
+        store.hold_large_writes(false);
+        let mut buf = pattern(6, LARGE);
+        store.write_owned(user + (5 << 20), &mut buf).unwrap();
+        let writer = store.writer.as_mut().unwrap();
+        writer.wait_for(user + (4 << 20), 2 << 20).unwrap();
+        assert_eq!(in_file(user + (4 << 20), LARGE), pattern(5, LARGE));
+        assert_eq!(in_file(user + (5 << 20), LARGE), pattern(6, LARGE));
     }
 
     #[test]

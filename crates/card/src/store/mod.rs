@@ -95,6 +95,21 @@ pub trait Store {
     /// the file at once); reads, syncs and fills still see every write made before them.
     /// A failure is reported by the next call, as the kernel reports a failed writeback.
     fn end_batch(&mut self) {}
+    /// As `end_batch`, where the owner has a moment but a completion is due soon: write
+    /// what the store holds on the caller's thread if that is quick (a few small
+    /// writes), and otherwise keep holding it until the next `end_batch`. Nothing is
+    /// handed to a helper thread, whose wake-up could take the owner's CPU until past the
+    /// completion's instant.
+    fn end_batch_here(&mut self) {
+        self.end_batch();
+    }
+    /// The owner paces its completions against the clock and calls `end_batch` only
+    /// where handing work to a helper thread cannot delay a completion: the store may
+    /// then hold large `write_owned` writes back too, as it holds small ones, instead of
+    /// handing each to its writer thread at once. (The owner would otherwise wake that
+    /// thread in the last microseconds before a completion is due, and the thread may
+    /// take its CPU then.) Off by default.
+    fn hold_large_writes(&mut self, _on: bool) {}
     /// The owner will read these ranges in this round, each into its own buffer: a
     /// store may start the copies now on another thread ([`ImageStore`] with
     /// [`ImageStore::set_io_threads`] does, for rounds of [`MIN_PREFETCH_READS`] reads or

@@ -19,7 +19,9 @@
 //! completions have been signalled, a few are written on the caller's thread and more
 //! go to the writer thread together, for one hand-over instead of one each. They keep
 //! the rules above: a read, fill or sync of their range writes them first, and a large
-//! write is queued after them.
+//! write is queued after them. An owner that paces its completions may have large
+//! writes held back too ([`Writer::hold_large_writes`]): the rounds' ends are then the
+//! only moments the writer thread is woken.
 //!
 //! Reads of 64 KiB and more are split in two, the second half read on another thread
 //! while the caller reads the first (or by the caller, if that thread has not begun it
@@ -53,6 +55,10 @@ const HAND_OVER_WRITES: usize = 8;
 /// Small writes held back at most before they are handed over without waiting for the
 /// round's end.
 const MAX_STAGED_BYTES: usize = 1 << 20;
+
+/// Writes held back at most, large ones included (`Writer::hold_large_writes`): as much
+/// as the thread's queue holds.
+const MAX_HELD_BYTES: usize = MAX_QUEUED_BYTES;
 
 /// Emptied buffers kept for reuse.
 const SPARE_BUFFERS: usize = 4;
@@ -213,6 +219,8 @@ pub struct Writer {
     staged_bytes: usize,
     /// The owner ends its rounds: small writes may be held back.
     batching: bool,
+    /// Large writes are held back too once batching (`hold_large_writes`).
+    hold_large: bool,
 }
 
 impl std::fmt::Debug for Writer {
@@ -292,6 +300,7 @@ impl Writer {
             staged: Vec::new(),
             staged_bytes: 0,
             batching: false,
+            hold_large: false,
         })
     }
 
@@ -302,6 +311,12 @@ impl Writer {
         let mut spare = Vec::new();
         self.queue(vec![Job { offset, buf }], Some(&mut spare));
         spare
+    }
+
+    /// A buffer the thread has emptied, if it kept one, for the caller to fill next (as
+    /// `submit` returns).
+    pub fn spare_buffer(&self) -> Vec<u8> {
+        self.shared.lock().spare.pop().unwrap_or_default()
     }
 
     /// Put `jobs` on the thread's queue, waiting for room; with `spare`, take a buffer
@@ -338,26 +353,69 @@ impl Writer {
         self.batching
     }
 
-    /// Hold a small write back until the round ends (bounds checked by the caller).
+    /// Hold large writes back as small ones are, once batching, and hand them to the
+    /// thread only at the end of a round ([`Writer::end_batch`]). For an owner that
+    /// paces its completions: the card destages its cache as a write's programming
+    /// ends, which the owner runs just before that write's completion is due. A
+    /// hand-over there woke the thread, which was often put on the owner's CPU and took
+    /// it for as long as its copy ran (100-550 µs, 800-900 times in 5 s of paced
+    /// 128 KiB writes), while the owner was spinning out the completion's last
+    /// microseconds (docs/performance.md, issue 16's seventeenth and eighteenth
+    /// sessions).
+    pub fn hold_large_writes(&mut self, on: bool) {
+        self.hold_large = on;
+        if !on {
+            self.hand_over_staged();
+        }
+    }
+
+    /// Whether a write of `len` bytes is held back (`stage`) rather than queued.
+    pub fn holds(&self, len: usize) -> bool {
+        self.batching && (len < MIN_QUEUED_BYTES || self.hold_large)
+    }
+
+    /// Hold a write back until the round ends (bounds checked by the caller); see
+    /// [`Writer::holds`].
     pub fn stage(&mut self, offset: u64, buf: Vec<u8>) {
         self.staged_bytes += buf.len();
         self.staged.push(Job { offset, buf });
-        if self.staged_bytes >= MAX_STAGED_BYTES {
+        let most = if self.hold_large {
+            MAX_HELD_BYTES
+        } else {
+            MAX_STAGED_BYTES
+        };
+        if self.staged_bytes >= most {
             self.hand_over_staged();
         }
     }
 
     /// The owner's round of requests has ended (and its completions are signalled):
     /// write the small writes held back, fewer than [`HAND_OVER_WRITES`] on this thread,
-    /// more on the writer thread in one hand-over. From the first call on, small writes
-    /// are held back.
+    /// more, or any large one, on the writer thread in one hand-over. From the first
+    /// call on, small writes are held back.
     pub fn end_batch(&mut self) {
         self.batching = true;
-        if self.staged.len() >= HAND_OVER_WRITES {
+        if self.for_the_thread() {
             self.hand_over_staged();
         } else {
             self.write_staged_here();
         }
+    }
+
+    /// As [`Writer::end_batch`], but what it would hand over stays held until the next
+    /// `end_batch`: the owner has a moment, not the time for the thread's wake-up.
+    pub fn end_batch_here(&mut self) {
+        self.batching = true;
+        if !self.for_the_thread() {
+            self.write_staged_here();
+        }
+    }
+
+    /// Whether the writes held back go to the thread at the end of the round: many, or
+    /// a large one (the rest are written in their order, so all go one way).
+    fn for_the_thread(&self) -> bool {
+        self.staged.len() >= HAND_OVER_WRITES
+            || self.staged.iter().any(|j| j.buf.len() >= MIN_QUEUED_BYTES)
     }
 
     /// Write the small writes held back on this thread, in order, each after the queued
@@ -771,6 +829,56 @@ mod tests {
         drop(w);
         assert_eq!(read(&f, 2 << 20, 4096), vec![6; 4096]);
         assert_eq!(read(&f, 3 << 20, 4096), vec![7; 4096]);
+    }
+
+    #[test]
+    fn large_writes_are_held_for_the_round_only_when_the_owner_asks() {
+        let (_d, f) = file();
+        let mut w = Writer::start(&f, true).unwrap();
+        const LARGE: usize = 128 << 10;
+        w.hold_large_writes(true);
+        assert!(
+            !w.holds(LARGE),
+            "nothing is held before the owner ends a round"
+        );
+        w.end_batch();
+        assert!(w.holds(LARGE) && w.holds(4096));
+        w.stage(1 << 20, vec![7; LARGE]);
+        // Not handed over: the thread was given nothing, and the file has nothing.
+        assert!(w.shared.lock().pending.is_empty());
+        assert!(w.has_writes_in(1 << 20, 512));
+        assert_eq!(read(&f, 1 << 20, LARGE), vec![0; LARGE]);
+        // A small write held after it lands after it. With a completion due soon
+        // (`end_batch_here`) neither is written or handed over; at the round's end both.
+        w.stage(1 << 20, vec![8; 4096]);
+        w.end_batch_here();
+        assert!(w.shared.lock().pending.is_empty());
+        assert_eq!(read(&f, 1 << 20, LARGE), vec![0; LARGE]);
+        w.end_batch();
+        w.drain().unwrap();
+        let mut want = vec![8; 4096];
+        want.resize(LARGE, 7);
+        assert_eq!(read(&f, 1 << 20, LARGE), want);
+        // A few small ones alone are written by `end_batch_here` itself.
+        w.stage(5 << 20, vec![4; 4096]);
+        w.end_batch_here();
+        assert_eq!(read(&f, 5 << 20, 4096), vec![4; 4096]);
+        // A wait for the range writes a held one first.
+        w.stage(2 << 20, vec![9; LARGE]);
+        w.wait_for((2 << 20) + 4096, 512).unwrap();
+        assert_eq!(read(&f, 2 << 20, LARGE), vec![9; LARGE]);
+        // Held ones are handed over once they reach the bound on held bytes.
+        for k in 0..(MAX_HELD_BYTES / LARGE) as u64 {
+            w.stage((8 << 20) + k * LARGE as u64, vec![1; LARGE]);
+        }
+        assert!(w.staged.is_empty(), "handed over at the bound");
+        // Off again: what was held is handed over, and large writes are no longer held.
+        w.stage(3 << 20, vec![2; LARGE]);
+        w.hold_large_writes(false);
+        assert!(w.staged.is_empty());
+        assert!(!w.holds(LARGE) && w.holds(4096));
+        w.drain().unwrap();
+        assert_eq!(read(&f, 3 << 20, LARGE), vec![2; LARGE]);
     }
 
     #[test]
