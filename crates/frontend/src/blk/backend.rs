@@ -43,9 +43,17 @@ pub const QUEUE_SIZE: usize = 256;
 pub const TIMER_EVENT: u16 = NUM_QUEUES as u16 + 1;
 /// Rounds of run-signal-spin in one wake-up before yielding to the event loop.
 const MAX_DRIVE_ROUNDS: usize = 10_000;
-/// Paced, a wait for a completion at least this long first writes the small writes the
-/// store held back (fewer than eight 4 KiB copies: a few microseconds), so that they
-/// neither make that completion late nor follow it.
+/// Paced, a wait for a completion at least this long first ends the store's round: the
+/// writes it held back are written (a few small ones) or handed to its writer thread,
+/// whose copy (up to 500 µs for 1 MiB into fresh tmpfs pages) is then over before the
+/// completion is spun out. Woken within the spin margin instead, the writer thread was
+/// often put on the device thread's CPU and took it until past the completion's instant
+/// (docs/performance.md, issue 16's seventeenth and eighteenth sessions).
+const HAND_OVER_ROOM: Duration = Duration::from_millis(1);
+/// Paced, a shorter wait for a completion, but at least this long, first writes the
+/// store's held writes if they are a few small ones (a few microseconds of copies), so
+/// that they neither make that completion late nor delay the look for the client's next
+/// request after it. Anything else waits for the end of the round (`handle_event`).
 const WAIT_FOR_HELD_WRITES: Duration = Duration::from_micros(20);
 
 struct Inner {
@@ -108,7 +116,10 @@ struct BlkConfig {
 unsafe impl ByteValued for BlkConfig {}
 
 impl EmmcBlkBackend {
-    pub fn new(target: CardTarget, pacing: Pacing) -> io::Result<EmmcBlkBackend> {
+    pub fn new(mut target: CardTarget, pacing: Pacing) -> io::Result<EmmcBlkBackend> {
+        // Paced, the store's writer thread is woken only where it cannot delay a
+        // completion: at the end of a round, or before a long wait (`HAND_OVER_ROOM`).
+        target.hold_large_writes(pacing != Pacing::Off);
         let limits = target.limits();
         let caps = target.capabilities();
         let mut features = 1u64 << VIRTIO_F_VERSION_1
@@ -508,17 +519,19 @@ impl Inner {
     /// Signal every completion whose time has come, spinning out the last microseconds
     /// and watching the avail ring meanwhile.
     fn signal_due(&mut self, vring: &VringRwLock) -> io::Result<()> {
-        // Paced, the small writes the store holds back go to the image while the thread
-        // waits for the next completion's instant. After that completion they would
-        // delay the thread's look for the client's next request, and so the arrival
-        // the card is given for it.
-        if self.pacing != Pacing::Off
-            && self
+        // Paced, what the store holds back goes to the image while the thread waits for
+        // a completion far enough off (`HAND_OVER_ROOM`, `WAIT_FOR_HELD_WRITES`);
+        // otherwise at the round's end.
+        if self.pacing != Pacing::Off {
+            let wait = self
                 .completions
                 .first_due()
-                .is_some_and(|due| due > Instant::now() + WAIT_FOR_HELD_WRITES)
-        {
-            self.target.end_batch();
+                .map(|due| due.saturating_duration_since(Instant::now()));
+            match wait {
+                Some(wait) if wait > HAND_OVER_ROOM => self.target.end_batch(),
+                Some(wait) if wait > WAIT_FOR_HELD_WRITES => self.target.end_batch_here(),
+                _ => {}
+            }
         }
         let vrings = std::slice::from_ref(vring);
         let mem = self.mem.as_ref().map(GuestMemoryAtomic::memory);
@@ -624,8 +637,17 @@ impl VhostUserBackend for EmmcBlkBackend {
         round?;
         // The round's completions are signalled: the image gets its held-back writes
         // now, off the requests' way (each round the poll window takes ends the same).
-        inner.target.end_batch();
+        // Paced, after the look for the client's next request: a hand-over to the
+        // writer thread costs the device thread a wake-up's system call (20 µs here),
+        // by which the next request would be seen, and the card started, later.
+        let paced = inner.pacing != Pacing::Off;
+        if !paced {
+            inner.target.end_batch();
+        }
         let more = inner.poll_for_more(&vrings[0]);
+        if paced {
+            inner.target.end_batch();
+        }
         inner.target.settle_prefetches();
         more
     }

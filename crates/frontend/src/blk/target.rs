@@ -616,6 +616,18 @@ impl CardTarget {
         self.drv.host_mut().card.end_batch();
     }
 
+    /// As `end_batch`, where a completion is due soon: only quick writes of what the
+    /// store held, no hand-over to its writer thread (`Card::end_batch_here`).
+    pub fn end_batch_here(&mut self) {
+        self.drv.host_mut().card.end_batch_here();
+    }
+
+    /// The daemon paces completions: the store may hold large writes back until the end
+    /// of a round too (`Card::hold_large_writes`).
+    pub fn hold_large_writes(&mut self, on: bool) {
+        self.drv.host_mut().card.hold_large_writes(on);
+    }
+
     /// Clean shutdown: write the cache back, notify power-off, make the image durable.
     pub fn shutdown(&mut self) {
         let host = self.drv.host_mut();

@@ -1265,6 +1265,9 @@ fn reads_copied_ahead_match_reads_on_the_device_thread(cache: bool, elevator: El
     }
 }
 
+/// (used index, writes held, which call) at the end of a store's round.
+type RoundEnd = (u16, usize, &'static str);
+
 /// A store that holds writes back until the round ends, as the image store does with
 /// small ones, and notes the used index of a queue each time it is told the round ended.
 struct HoldingStore {
@@ -1272,11 +1275,21 @@ struct HoldingStore {
     held: Vec<(u64, Vec<u8>)>,
     /// Guest memory and the used ring's index address, once the rig has them.
     used_idx: std::sync::Arc<std::sync::OnceLock<(GuestMemoryAtomic<GuestMemoryMmap>, u64)>>,
-    /// (used index, writes held) at each `end_batch`.
-    log: std::sync::Arc<std::sync::Mutex<Vec<(u16, usize)>>>,
+    /// (used index, writes held, which call) at each `end_batch` ("end") and
+    /// `end_batch_here` ("here").
+    log: std::sync::Arc<std::sync::Mutex<Vec<RoundEnd>>>,
+    /// What `hold_large_writes` was last told.
+    hold_large: std::sync::Arc<std::sync::Mutex<Option<bool>>>,
 }
 
 impl HoldingStore {
+    fn note(&mut self, call: &'static str) {
+        if let Some((mem, at)) = self.used_idx.get() {
+            let idx = mem.memory().read_obj(GuestAddress(*at)).unwrap();
+            self.log.lock().unwrap().push((idx, self.held.len(), call));
+        }
+    }
+
     fn settle(&mut self) {
         for (offset, buf) in std::mem::take(&mut self.held) {
             self.inner.write_at(offset, &buf).unwrap();
@@ -1297,11 +1310,16 @@ impl Store for HoldingStore {
         Ok(())
     }
     fn end_batch(&mut self) {
-        if let Some((mem, at)) = self.used_idx.get() {
-            let idx = mem.memory().read_obj(GuestAddress(*at)).unwrap();
-            self.log.lock().unwrap().push((idx, self.held.len()));
-        }
+        self.note("end");
         self.settle();
+    }
+    fn end_batch_here(&mut self) {
+        // Its writes are all small: quick to write here.
+        self.note("here");
+        self.settle();
+    }
+    fn hold_large_writes(&mut self, on: bool) {
+        *self.hold_large.lock().unwrap() = Some(on);
     }
     fn fill(&mut self, offset: u64, len: u64, byte: u8) -> Result<(), StoreError> {
         self.settle();
@@ -1320,28 +1338,47 @@ impl Store for HoldingStore {
 }
 
 #[test]
-fn a_paced_round_writes_what_the_store_held_back_before_it_signals_the_completion() {
+fn a_paced_round_ends_the_stores_round_before_the_completion_but_hands_over_only_with_room() {
     // Paced, the device thread writes the held-back writes while it waits for the
     // completion's instant: after signalling, they would delay its look for the
-    // client's next request (and so the arrival the card is given for it).
+    // client's next request (and so the arrival the card is given for it). With the
+    // completion at least HAND_OVER_ROOM (1 ms) off, the store may hand them to its
+    // writer thread (`end_batch`); nearer, it may only write them itself
+    // (`end_batch_here`), as a thread woken within the spin margin can take the device
+    // thread's CPU until past the completion's instant.
     // A cache of two 4 KiB lines (64 kibibits): from the third write on, each write
-    // destages an older one into the store. A write into the cache takes 2 ms.
-    let mut m = model(2_000_000);
+    // destages an older one into the store as its programming ends.
+    // (A write of 10 ms leaves the check 9 ms for a loaded machine's stalls.)
+    for (write_ns, call) in [(10_000_000, "end"), (400_000, "here")] {
+        held_writes_reach_the_store(write_ns, call);
+    }
+}
+
+/// Writes of 4 KiB into the cache take `write_ns`.
+fn held_writes_reach_the_store(write_ns: u64, call: &'static str) {
+    let mut m = model(write_ns);
     m.ext_csd.cache_size = 64;
     if let TimingModel::Constant(c) = &mut m.timing {
-        c.cache_block_ns = 250_000;
+        c.cache_block_ns = write_ns / 8;
     }
     let used_idx = std::sync::Arc::new(std::sync::OnceLock::new());
     let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let hold_large = std::sync::Arc::new(std::sync::Mutex::new(None));
     let store = HoldingStore {
         inner: MemStore::new(Card::layout_for(&m)),
         held: Vec::new(),
         used_idx: used_idx.clone(),
         log: log.clone(),
+        hold_large: hold_large.clone(),
     };
     let card = Card::new(m.clone(), Box::new(store)).unwrap();
     let target = CardTarget::new(card, &m, &DriverPolicy::default()).unwrap();
     let mut rig = Rig::with_target(target, Pacing::Realtime { scale: 1.0 });
+    assert_eq!(
+        *hold_large.lock().unwrap(),
+        Some(true),
+        "a paced daemon has the store hold large writes for the round"
+    );
     // A margin longer than the program: each kick spins through to its completion.
     let margin = Duration::from_millis(50);
     rig.backend.set_spin(margin, margin);
@@ -1352,21 +1389,39 @@ fn a_paced_round_writes_what_the_store_held_back_before_it_signals_the_completio
         write(&mut rig, u64::from(i) * 8, &[i as u8 + 1; 4096]);
         assert_eq!(rig.used().len(), 1, "write {i}");
         assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_OK);
-        // Every end of a round since the last write, as (used index, writes held).
+        // Every end of a round since the last write, as (used index, writes held, call).
         let ends = std::mem::take(&mut *log.lock().unwrap());
-        let gave: Vec<_> = ends.iter().filter(|&&(_, held)| held > 0).collect();
+        let gave: Vec<_> = ends.iter().filter(|&&(_, held, _)| held > 0).collect();
         if i < 2 {
             assert!(gave.is_empty(), "write {i}: the cache had room: {ends:?}");
             continue;
         }
         assert_eq!(
             gave,
-            [&(i, 1)],
-            "write {i}: the destage of an older line must reach \
-            the store before this write's completion is signalled (used index {i}): {ends:?}"
+            [&(i, 1, call)],
+            "write {i}, writes of {write_ns} ns: the destage of an older line must \
+            reach the store through `{call}` before this write's completion is signalled \
+            (used index {i}): {ends:?}"
         );
     }
     for i in 0..8u64 {
         assert_eq!(read(&mut rig, i * 8, 4096), vec![i as u8 + 1; 4096]);
     }
+}
+
+#[test]
+fn only_a_paced_daemon_has_the_store_hold_large_writes() {
+    let m = model(0);
+    let hold_large = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let store = HoldingStore {
+        inner: MemStore::new(Card::layout_for(&m)),
+        held: Vec::new(),
+        used_idx: Default::default(),
+        log: Default::default(),
+        hold_large: hold_large.clone(),
+    };
+    let card = Card::new(m.clone(), Box::new(store)).unwrap();
+    let target = CardTarget::new(card, &m, &DriverPolicy::default()).unwrap();
+    let _rig = Rig::with_target(target, Pacing::Off);
+    assert_ne!(*hold_large.lock().unwrap(), Some(true));
 }
