@@ -358,9 +358,9 @@ impl Writer {
     /// paces its completions: the card destages its cache as a write's programming
     /// ends, which the owner runs just before that write's completion is due. A
     /// hand-over there woke the thread, which was often put on the owner's CPU and took
-    /// it for as long as its copy ran (100-550 µs, 800-900 times in 5 s of paced
-    /// 128 KiB writes), while the owner was spinning out the completion's last
-    /// microseconds (docs/performance.md, issue 16's seventeenth and eighteenth
+    /// it for as long as its copy ran (a median of 100-170 µs, up to 550 µs; 800-900
+    /// times in 5 s of paced 128 KiB writes), while the owner was spinning out the
+    /// completion's last microseconds (docs/performance.md, issue 16's seventeenth and eighteenth
     /// sessions).
     pub fn hold_large_writes(&mut self, on: bool) {
         self.hold_large = on;

@@ -45,9 +45,9 @@ pub const TIMER_EVENT: u16 = NUM_QUEUES as u16 + 1;
 const MAX_DRIVE_ROUNDS: usize = 10_000;
 /// Paced, a wait for a completion at least this long first ends the store's round: the
 /// writes it held back are written (a few small ones) or handed to its writer thread,
-/// whose copy (up to 500 µs for 1 MiB into fresh tmpfs pages) is then over before the
-/// completion is spun out. Woken within the spin margin instead, the writer thread was
-/// often put on the device thread's CPU and took it until past the completion's instant
+/// whose copy is then most likely over before the completion is spun out. Woken within
+/// the spin margin instead, the writer thread was often put on the device thread's CPU
+/// and took it for a median of 100-170 µs (up to 550 µs), past the completion's instant
 /// (docs/performance.md, issue 16's seventeenth and eighteenth sessions).
 const HAND_OVER_ROOM: Duration = Duration::from_millis(1);
 /// Paced, a shorter wait for a completion, but at least this long, first writes the
@@ -638,8 +638,9 @@ impl VhostUserBackend for EmmcBlkBackend {
         // The round's completions are signalled: the image gets its held-back writes
         // now, off the requests' way (each round the poll window takes ends the same).
         // Paced, after the look for the client's next request: a hand-over to the
-        // writer thread costs the device thread a wake-up's system call (20 µs here),
-        // by which the next request would be seen, and the card started, later.
+        // writer thread costs the device thread a wake-up's system call (about 20 µs in
+        // a profile of paced 128 KiB writes), by which the next request would be seen,
+        // and the card started, later.
         let paced = inner.pacing != Pacing::Off;
         if !paced {
             inner.target.end_batch();
