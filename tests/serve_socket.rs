@@ -376,3 +376,56 @@ fn the_control_socket_injects_faults_cuts_power_and_reports_statistics() {
     assert!(log.contains("control: sudden power loss"), "{log}");
     assert!(!ctl.exists(), "the control socket is removed at exit");
 }
+
+/// The machine's aggregate CPU latency request, in microseconds.
+fn cpu_latency_now() -> i32 {
+    let bytes = std::fs::read("/dev/cpu_dma_latency").unwrap();
+    i32::from_ne_bytes(bytes[..4].try_into().unwrap())
+}
+
+#[test]
+fn a_cpu_latency_request_is_held_while_serving_and_withdrawn_at_exit() {
+    let writable = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/cpu_dma_latency")
+        .is_ok();
+    if !writable {
+        // Without the right to make the request, the daemon says so and does not serve.
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_vhost-user-emmc"))
+            .args(["serve", "--create", "--cpu-latency-us", "0", "--socket"])
+            .arg(dir.path().join("s.sock"))
+            .arg("--image")
+            .arg(dir.path().join("card.img"))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(err.contains("/dev/cpu_dma_latency"), "{err}");
+        assert!(!dir.path().join("s.sock").exists());
+        return;
+    }
+    let before = cpu_latency_now();
+    // A request below whatever is in force, so that it shows in the aggregate.
+    let asked = before.saturating_sub(1).max(0);
+    if asked == before {
+        eprintln!("another request of 0 µs is in force: this one cannot show");
+        return;
+    }
+    let mut d = Daemon::start_with("ideal", &["--cpu-latency-us", &asked.to_string()]);
+    assert_eq!(
+        cpu_latency_now(),
+        asked,
+        "the request is in force while serving"
+    );
+    let log = d.stop();
+    assert!(
+        log.contains(&format!("CPU latency request of {asked} µs")),
+        "{log}"
+    );
+    assert_eq!(
+        cpu_latency_now(),
+        before,
+        "the request goes with the daemon"
+    );
+}

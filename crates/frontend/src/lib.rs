@@ -13,6 +13,7 @@
 
 pub mod blk;
 pub mod control;
+pub mod cpu_latency;
 pub mod fuzzing;
 pub mod mmc;
 pub mod pacing;

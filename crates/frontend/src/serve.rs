@@ -198,6 +198,13 @@ pub struct ServeArgs {
     /// --spin-us (or below): a fixed margin.
     #[arg(long, default_value_t = DEFAULT_SPIN_MAX.as_micros() as u64)]
     pub spin_max_us: u64,
+    /// Hold a CPU latency request (Linux PM QoS, /dev/cpu_dma_latency; root) of this many
+    /// microseconds while serving: idle CPUs stay out of idle states that take longer to
+    /// leave (0: they poll). On a virtual machine whose halted CPUs wake slowly this
+    /// takes the machine's wake-up out of both the client's and the pacing timer's way
+    /// (docs/performance.md); it applies to the whole machine and costs power.
+    #[arg(long)]
+    pub cpu_latency_us: Option<u32>,
     /// The host driver's write packing: packed commands always, under write packing
     /// control (seed 000) with `--wr-threshold`, or never. blk transport only (with mmc
     /// the guest's driver decides).
@@ -295,6 +302,12 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
     }
     // A bad plan stops the daemon before it touches the image or the socket.
     emmc_host::fault::load_fault_plan(args.fault_plan.as_deref())?;
+    // Held until the daemon returns.
+    let _cpu_latency = args
+        .cpu_latency_us
+        .map(super::cpu_latency::CpuLatencyRequest::hold)
+        .transpose()
+        .map_err(|e| e.to_string())?;
     match args.transport {
         TransportArg::Blk => super::blk::serve::serve_blk(args),
         TransportArg::Mmc => super::mmc::serve::serve_mmc(args),
