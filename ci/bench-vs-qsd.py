@@ -32,9 +32,15 @@ the card, from the due instant to the client's wake-up, and the client's reaping
 it the machine's wake-up after the same sleep with no daemon. What is the daemon's is
 what reaches the client beyond the card and the machine's wake-up.
 
+With --cpu-latency-us N the whole run holds a CPU latency request (Linux PM QoS,
+/dev/cpu_dma_latency, root): idle CPUs keep out of idle states slower to leave than N µs
+(0: they poll), for both daemons, the client, the probes and the kernel-alone column alike.
+On a virtual machine whose halted vCPUs wake slowly, that takes most of the machine's
+wake-up out of every sleeping client's round trip (docs/performance.md).
+
 Usage: ci/bench-vs-qsd.py [--seconds S] [--rounds N] [--rt-seconds S] [--only peer|realtime]
                           [--jobs JOB,...] [--client-polls] [--serve-args "--spin-max-us 150 ..."]
-                          [--emmc BINARY] [--dir DIR]
+                          [--emmc BINARY] [--dir DIR] [--cpu-latency-us N]
 Needs qemu-storage-daemon (Debian: qemu-utils) and a release build (done here); fio (Debian:
 fio) for the kernel-alone column, which is left out without it.
 """
@@ -47,6 +53,7 @@ import re
 import shutil
 import signal
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -491,6 +498,19 @@ def table_path(args, image, sock, workdir):
     return lines, worst
 
 
+def hold_cpu_latency(us):
+    """Hold a CPU latency request of `us` µs until this process exits (None: make none)."""
+    if us is None:
+        return None
+    try:
+        fd = os.open("/dev/cpu_dma_latency", os.O_WRONLY)
+        os.write(fd, struct.pack("=i", us))
+    except OSError as e:
+        sys.exit(f"--cpu-latency-us: /dev/cpu_dma_latency: {e} (needs root)")
+    log(f"holding a CPU latency request of {us} µs for the whole run")
+    return fd
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=5.0, help="run time per job")
@@ -516,7 +536,11 @@ def main():
                          "of this tree), e.g. an older build for a before/after run")
     ap.add_argument("--serve-args", default="",
                     help="extra options for `serve` in table 2, e.g. '--spin-max-us 150'")
+    ap.add_argument("--cpu-latency-us", type=int, default=None,
+                    help="hold a CPU latency request of this many µs (/dev/cpu_dma_latency, "
+                         "root) for the whole run, both daemons alike; 0: idle CPUs poll")
     args = ap.parse_args()
+    cpu_latency = hold_cpu_latency(args.cpu_latency_us)
     args.jobs = [j for j in args.jobs.split(",") if j]
     args.rt_jobs = [j for j in args.rt_jobs.split(",") if j]
     if args.emmc:
@@ -562,6 +586,11 @@ def main():
                          capture_output=True, text=True).stdout.strip()
     print(f"# vhost-user-emmc vs qemu-storage-daemon ({time.strftime('%Y-%m-%d')}, "
           f"{os.cpu_count()} CPUs, {cpu})\n")
+    if cpu_latency is not None:
+        print(f"The whole run held a CPU latency request of {args.cpu_latency_us} µs "
+              "(/dev/cpu_dma_latency): idle CPUs kept out of idle states slower to leave"
+              + (" (they polled)" if args.cpu_latency_us == 0 else "")
+              + ", for both daemons, the client and the probes alike.\n")
     targets = []
     if t1:
         client = ("a client that busy-polls for completions" if args.client_polls

@@ -28,7 +28,12 @@
    late. When that share is near or over 1% on either CPU, no daemon can hold a p99
    within 20 µs on this machine.
 
-Usage: ci/machine-jitter.py [--seconds S]
+With --cpu-latency-us N the run holds a CPU latency request (Linux PM QoS,
+/dev/cpu_dma_latency, root): idle CPUs keep out of idle states slower to leave than N µs (0:
+they poll). Run once without and once with 0, part 3 shows how much of a wake-up is the
+idle CPU's way out of its idle state (on a virtual machine, the hypervisor's).
+
+Usage: ci/machine-jitter.py [--seconds S] [--gaps US,...] [--cpu-latency-us N]
 """
 
 import argparse
@@ -37,6 +42,8 @@ import mmap
 import os
 import pickle
 import random
+import struct
+import sys
 import time
 
 PR_SET_TIMERSLACK = 29
@@ -207,8 +214,19 @@ def main():
     ap.add_argument("--seconds", type=float, default=4.0, help="length of each part")
     ap.add_argument("--gaps", default="25,250,2700,8000",
                     help="µs the sleeper waits before each signal, separated by commas")
+    ap.add_argument("--cpu-latency-us", type=int, default=None,
+                    help="hold a CPU latency request of this many µs for the run "
+                         "(/dev/cpu_dma_latency, root); 0: idle CPUs poll")
     args = ap.parse_args()
-    print(f"# machine jitter ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs)")
+    held = ""
+    if args.cpu_latency_us is not None:
+        try:
+            fd = os.open("/dev/cpu_dma_latency", os.O_WRONLY)
+            os.write(fd, struct.pack("=i", args.cpu_latency_us))
+        except OSError as e:
+            sys.exit(f"--cpu-latency-us: /dev/cpu_dma_latency: {e} (needs root)")
+        held = f", a CPU latency request of {args.cpu_latency_us} µs held"
+    print(f"# machine jitter ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs{held})")
     timer_lateness(args.seconds)
     memory_stalls(args.seconds)
     wake_latency(args.seconds, [int(g) for g in args.gaps.split(",")])
