@@ -9,7 +9,10 @@
 //! request, and the daemon's own pacing timer pays it too. Writing a latency limit to
 //! `/dev/cpu_dma_latency` and keeping the file open asks cpuidle for no idle state whose
 //! exit takes longer (0: idle CPUs poll); closing the file withdraws the request. The
-//! request is system-wide and costs power, so it is only made when asked for.
+//! request is system-wide and costs power. On that machine it also made memory written on
+//! one vCPU cross to the other several times slower, far more often (the host placing the
+//! two apart, most likely), and the daemon's large writes cross. So it is only made when
+//! asked for.
 
 use std::fs::File;
 use std::io::Write;

@@ -202,7 +202,8 @@ pub struct ServeArgs {
     /// microseconds while serving: idle CPUs stay out of idle states that take longer to
     /// leave (0: they poll). On a virtual machine whose halted CPUs wake slowly this
     /// takes the machine's wake-up out of both the client's and the pacing timer's way
-    /// (docs/performance.md); it applies to the whole machine and costs power.
+    /// (docs/performance.md); it applies to the whole machine and costs power, and on
+    /// some virtual machines cross-CPU bandwidth.
     #[arg(long)]
     pub cpu_latency_us: Option<u32>,
     /// The host driver's write packing: packed commands always, under write packing
