@@ -53,7 +53,6 @@ import re
 import shutil
 import signal
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -499,15 +498,11 @@ def table_path(args, image, sock, workdir):
 
 
 def hold_cpu_latency(us):
-    """Hold a CPU latency request of `us` µs until this process exits (None: make none)."""
-    if us is None:
-        return None
-    try:
-        fd = os.open("/dev/cpu_dma_latency", os.O_WRONLY)
-        os.write(fd, struct.pack("=i", us))
-    except OSError as e:
-        sys.exit(f"--cpu-latency-us: /dev/cpu_dma_latency: {e} (needs root)")
-    log(f"holding a CPU latency request of {us} µs for the whole run")
+    """ci/machine-jitter.py's CPU latency request, held until this process exits (None:
+    make none)."""
+    fd = load_ci_module("machine_jitter", "machine-jitter.py").hold_cpu_latency(us)
+    if fd is not None:
+        log(f"holding a CPU latency request of {us} µs for the whole run")
     return fd
 
 

@@ -209,6 +209,19 @@ def spin_losses(seconds):
               f"before the thread runs again: {c['late_pct']:.2f}%")
 
 
+def hold_cpu_latency(us):
+    """Hold a CPU latency request of `us` µs (/dev/cpu_dma_latency) until this process
+    exits; returns its descriptor, or None when `us` is None (no request)."""
+    if us is None:
+        return None
+    try:
+        fd = os.open("/dev/cpu_dma_latency", os.O_WRONLY)
+        os.write(fd, struct.pack("=i", us))
+    except OSError as e:
+        sys.exit(f"--cpu-latency-us: /dev/cpu_dma_latency: {e} (needs root)")
+    return fd
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=4.0, help="length of each part")
@@ -219,12 +232,7 @@ def main():
                          "(/dev/cpu_dma_latency, root); 0: idle CPUs poll")
     args = ap.parse_args()
     held = ""
-    if args.cpu_latency_us is not None:
-        try:
-            fd = os.open("/dev/cpu_dma_latency", os.O_WRONLY)
-            os.write(fd, struct.pack("=i", args.cpu_latency_us))
-        except OSError as e:
-            sys.exit(f"--cpu-latency-us: /dev/cpu_dma_latency: {e} (needs root)")
+    if hold_cpu_latency(args.cpu_latency_us) is not None:
         held = f", a CPU latency request of {args.cpu_latency_us} µs held"
     print(f"# machine jitter ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs{held})")
     timer_lateness(args.seconds)
