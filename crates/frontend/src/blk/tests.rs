@@ -1273,6 +1273,12 @@ type RoundEnd = (u16, usize, &'static str);
 struct HoldingStore {
     inner: MemStore,
     held: Vec<(u64, Vec<u8>)>,
+    seen: HoldingSeen,
+}
+
+/// What a [`HoldingStore`] was told, shared with the test that owns its card.
+#[derive(Clone, Default)]
+struct HoldingSeen {
     /// Guest memory and the used ring's index address, once the rig has them.
     used_idx: std::sync::Arc<std::sync::OnceLock<(GuestMemoryAtomic<GuestMemoryMmap>, u64)>>,
     /// (used index, writes held, which call) at each `end_batch` ("end") and
@@ -1283,10 +1289,29 @@ struct HoldingStore {
 }
 
 impl HoldingStore {
+    /// A card target for model `m` on a holding store, and what the store will see.
+    fn target(m: &DeviceModel) -> (CardTarget, HoldingSeen) {
+        let seen = HoldingSeen::default();
+        let store = HoldingStore {
+            inner: MemStore::new(Card::layout_for(m)),
+            held: Vec::new(),
+            seen: seen.clone(),
+        };
+        let card = Card::new(m.clone(), Box::new(store)).unwrap();
+        (
+            CardTarget::new(card, m, &DriverPolicy::default()).unwrap(),
+            seen,
+        )
+    }
+
     fn note(&mut self, call: &'static str) {
-        if let Some((mem, at)) = self.used_idx.get() {
+        if let Some((mem, at)) = self.seen.used_idx.get() {
             let idx = mem.memory().read_obj(GuestAddress(*at)).unwrap();
-            self.log.lock().unwrap().push((idx, self.held.len(), call));
+            self.seen
+                .log
+                .lock()
+                .unwrap()
+                .push((idx, self.held.len(), call));
         }
     }
 
@@ -1319,7 +1344,7 @@ impl Store for HoldingStore {
         self.settle();
     }
     fn hold_large_writes(&mut self, on: bool) {
-        *self.hold_large.lock().unwrap() = Some(on);
+        *self.seen.hold_large.lock().unwrap() = Some(on);
     }
     fn fill(&mut self, offset: u64, len: u64, byte: u8) -> Result<(), StoreError> {
         self.settle();
@@ -1361,28 +1386,17 @@ fn held_writes_reach_the_store(write_ns: u64, call: &'static str) {
     if let TimingModel::Constant(c) = &mut m.timing {
         c.cache_block_ns = write_ns / 8;
     }
-    let used_idx = std::sync::Arc::new(std::sync::OnceLock::new());
-    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let hold_large = std::sync::Arc::new(std::sync::Mutex::new(None));
-    let store = HoldingStore {
-        inner: MemStore::new(Card::layout_for(&m)),
-        held: Vec::new(),
-        used_idx: used_idx.clone(),
-        log: log.clone(),
-        hold_large: hold_large.clone(),
-    };
-    let card = Card::new(m.clone(), Box::new(store)).unwrap();
-    let target = CardTarget::new(card, &m, &DriverPolicy::default()).unwrap();
+    let (target, seen) = HoldingStore::target(&m);
     let mut rig = Rig::with_target(target, Pacing::Realtime { scale: 1.0 });
     assert_eq!(
-        *hold_large.lock().unwrap(),
+        *seen.hold_large.lock().unwrap(),
         Some(true),
         "a paced daemon has the store hold large writes for the round"
     );
     // A margin longer than the program: each kick spins through to its completion.
     let margin = Duration::from_millis(50);
     rig.backend.set_spin(margin, margin);
-    used_idx
+    seen.used_idx
         .set((rig.mem.clone(), rig.queue.used_ring + 2))
         .unwrap();
     for i in 0..8u16 {
@@ -1390,7 +1404,7 @@ fn held_writes_reach_the_store(write_ns: u64, call: &'static str) {
         assert_eq!(rig.used().len(), 1, "write {i}");
         assert_eq!(rig.status(STATUS), VIRTIO_BLK_S_OK);
         // Every end of a round since the last write, as (used index, writes held, call).
-        let ends = std::mem::take(&mut *log.lock().unwrap());
+        let ends = std::mem::take(&mut *seen.log.lock().unwrap());
         let gave: Vec<_> = ends.iter().filter(|&&(_, held, _)| held > 0).collect();
         if i < 2 {
             assert!(gave.is_empty(), "write {i}: the cache had room: {ends:?}");
@@ -1411,17 +1425,7 @@ fn held_writes_reach_the_store(write_ns: u64, call: &'static str) {
 
 #[test]
 fn only_a_paced_daemon_has_the_store_hold_large_writes() {
-    let m = model(0);
-    let hold_large = std::sync::Arc::new(std::sync::Mutex::new(None));
-    let store = HoldingStore {
-        inner: MemStore::new(Card::layout_for(&m)),
-        held: Vec::new(),
-        used_idx: Default::default(),
-        log: Default::default(),
-        hold_large: hold_large.clone(),
-    };
-    let card = Card::new(m.clone(), Box::new(store)).unwrap();
-    let target = CardTarget::new(card, &m, &DriverPolicy::default()).unwrap();
+    let (target, seen) = HoldingStore::target(&model(0));
     let _rig = Rig::with_target(target, Pacing::Off);
-    assert_ne!(*hold_large.lock().unwrap(), Some(true));
+    assert_ne!(*seen.hold_large.lock().unwrap(), Some(true));
 }
